@@ -1,0 +1,1 @@
+"""Example DFLASH-style block drafter plugin for sglang-spec-plugins."""

@@ -1,0 +1,1 @@
+"""Example SBD-style drafter plugin for sglang-spec-plugins."""

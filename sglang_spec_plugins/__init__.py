@@ -1,0 +1,13 @@
+"""sglang-spec-plugins: a stable plugin contract for speculative-decoding
+drafters in SGLang.
+
+Drafter authors need only :data:`hookimpl` and :class:`AlgorithmSpec`; see
+:mod:`sglang_spec_plugins.hookspecs` for the contract. Importing this package
+does not import SGLang.
+"""
+
+__version__ = "0.1.0"
+
+from .hookspecs import AlgorithmSpec, hookimpl  # noqa: E402
+
+__all__ = ["AlgorithmSpec", "hookimpl", "__version__"]

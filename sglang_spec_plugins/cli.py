@@ -1,0 +1,208 @@
+"""``sglang-spec-plugins list | check | doctor``.
+
+``list`` and ``check`` never import SGLang; ``doctor`` does, to probe it.
+Exit status: 0 when everything is in order, 1 when a problem was found,
+2 for a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+from . import __version__
+from . import config as config_mod
+from .errors import SpecPluginError
+from .plugins import PluginSet, discover
+from .policy import VerifyPolicy
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="sglang-spec-plugins", description="Speculative-decoding drafter plugins for SGLang.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p_list = sub.add_parser("list", help="show loaded hooks, their plugins and the algorithms they serve")
+    p_list.add_argument("--json", action="store_true", help="machine-readable output")
+
+    p_check = sub.add_parser("check", help="validate plugins.toml and the plugins without starting SGLang")
+    p_check.add_argument("path", nargs="?", type=Path, help=f"the plugins.toml (default: ${config_mod.CONFIG_ENV}, then ./plugins.toml)")
+    p_check.add_argument("--num-draft-tokens", "-n", type=int, action="append", default=[], metavar="N",
+                         help="also resolve and check every width at this speculative_num_draft_tokens (repeatable)")
+    p_check.add_argument("--json", action="store_true", help="machine-readable output")
+
+    p_doctor = sub.add_parser("doctor", help="probe the installed SGLang and say what the loader would do")
+    p_doctor.add_argument("--json", action="store_true", help="machine-readable output")
+
+    args = parser.parse_args(argv)
+    return {"list": _list, "check": _check, "doctor": _doctor}[args.command](args)
+
+
+def _list(args: argparse.Namespace) -> int:
+    try:
+        plugin_set = discover(config_mod.load())
+    except SpecPluginError as exc:
+        return _fail(args, [str(exc)])
+    data = _describe(plugin_set)
+    if args.json:
+        _print_json(data)
+        return 0
+    print(f"config: {data['config']}")
+    print("hooks:")
+    for hook, impls in data["hooks"].items():
+        print(f"  {hook}")
+        for impl in impls or [{"plugin": "(none)"}]:
+            print(f"    {impl['plugin']:<16} {impl.get('distribution') or '-'}=={impl.get('version') or '-'}  {impl.get('module_file', '')}".rstrip())
+    print("algorithms:")
+    for name, algo in data["algorithms"].items() or []:
+        print(f"  {name:<16} plugin {algo['plugin']} ({algo['distribution']}=={algo['version']}), overlap={algo['supports_overlap']}")
+    if not data["algorithms"]:
+        print("  (none enabled)")
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    problems: List[str] = []
+    checked: Dict[str, Any] = {}
+    try:
+        path = args.path if args.path is not None else config_mod.locate()
+        if args.path is not None and not args.path.is_file():
+            raise config_mod.ConfigError([f"{args.path}: no such file"])
+        config = config_mod.load(path) if path is not None else config_mod.Config()
+        plugin_set = discover(config, collect=True)
+    except SpecPluginError as exc:
+        return _fail(args, list(getattr(exc, "problems", None) or [str(exc)]))
+    problems += [f.message for f in plugin_set.failures]
+    for name, offered in plugin_set.algorithms.items():
+        policy = VerifyPolicy(plugin_set, offered)
+        entry: Dict[str, Any] = {"plugin": offered.plugin}
+        try:
+            entry["draft_may_verify"] = policy.draft_may_verify()
+            for ndt in args.num_draft_tokens:
+                policy.validate(ndt)
+                entry.setdefault("widths", {})[str(ndt)] = {
+                    "target": policy.width(ndt, False),
+                    "draft": policy.width(ndt, True) if policy.draft_may_verify() else None,
+                    "max": policy.max_width(ndt),
+                }
+        except (SpecPluginError, ValueError) as exc:
+            problems.append(str(exc))
+        checked[name] = entry
+    if args.json:
+        _print_json({"config": config.origin, "ok": not problems, "problems": problems, "algorithms": checked})
+    else:
+        print(f"config: {config.origin}")
+        for info in plugin_set.plugins:
+            print(f"plugin {info.label}: ok")
+        for name, entry in checked.items():
+            widths = ", ".join(f"ndt={n}: target {w['target']}, draft {w['draft']}, max {w['max']}" for n, w in entry.get("widths", {}).items())
+            print(f"algorithm {name} (plugin {entry['plugin']}): draft-may-verify={entry.get('draft_may_verify')}" + (f"; {widths}" if widths else ""))
+        if not args.num_draft_tokens and checked:
+            print("widths not resolved: pass --num-draft-tokens N to check them for a speculative_num_draft_tokens")
+        for problem in problems:
+            print(f"error: {problem}", file=sys.stderr)
+        print("ok" if not problems else f"{len(problems)} problem(s)")
+    return 0 if not problems else 1
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from .engine.probe import probe
+
+    found = probe()
+    problems = list(found.problems())
+    try:
+        plugin_set = discover(config_mod.load())
+        described = _describe(plugin_set)
+        problems += [f.message for f in plugin_set.failures]
+    except SpecPluginError as exc:
+        described = None
+        problems.append(str(exc))
+    would_register = sorted(described["algorithms"]) if described else []
+    data = {
+        "sglang": {
+            "version": found.version,
+            "plugin_framework": found.plugin_framework,
+            "algorithm_registry": found.registry,
+            "register_classmethod": found.register_classmethod,
+            "width_hooks": list(found.width_hooks),
+            "draft_verify_check": found.draft_check,
+            "reserved_names": sorted(found.reserved_names),
+            "methods_taken_from_enum": list(found.enum_only_methods),
+        },
+        "config": described["config"] if described else None,
+        "plugins": described["plugins"] if described else [],
+        "would_register": would_register if not found.problems() else [],
+        "problems": problems,
+        "ok": not problems,
+    }
+    if args.json:
+        _print_json(data)
+    else:
+        s = data["sglang"]
+        print(f"SGLang: {s['version'] or 'not installed'}")
+        if found.installed:
+            print(f"  plugin framework (sglang.srt.plugins): {'yes' if s['plugin_framework'] else 'no'}")
+            print(f"  algorithm registry (spec_registry):     {'yes' if s['algorithm_registry'] else 'no'}")
+            print(f"  width hook(s) the runners call:          {', '.join(s['width_hooks']) or 'none'}")
+            print(f"  draft-worker verify check:               {'supports_target_verify_for_draft' if s['draft_verify_check'] else 'none'}")
+            print(f"  enum methods plugin algorithms inherit:  {', '.join(s['methods_taken_from_enum']) or 'none'}")
+        print(f"config: {data['config']}")
+        for plugin in data["plugins"]:
+            print(f"plugin {plugin['name']} ({plugin['distribution']}=={plugin['version']})")
+        print(f"the loader would register: {', '.join(data['would_register']) or 'nothing'}")
+        for problem in problems:
+            print(f"problem: {problem}")
+        print("ok" if not problems else f"{len(problems)} problem(s)")
+    return 0 if not problems else 1
+
+
+def _describe(plugin_set: PluginSet) -> Dict[str, Any]:
+    def where(name: str) -> Dict[str, Any]:
+        info = plugin_set.info(name)
+        return {"plugin": name, "distribution": info.distribution, "version": info.version, "module_file": info.module_file}
+
+    hooks: Dict[str, List[Dict[str, Any]]] = {}
+    for name in sorted(n for n in dir(plugin_set.pm.hook) if n.startswith("sgl_spec_")):
+        hooks[name] = [where(impl.plugin_name) for impl in getattr(plugin_set.pm.hook, name).get_hookimpls()]
+    return {
+        "config": plugin_set.config.origin,
+        "plugins": [
+            {"name": p.name, "distribution": p.distribution, "version": p.version, "module_file": p.module_file,
+             "hooks": sorted(h for h, impls in hooks.items() if any(i["plugin"] == p.name for i in impls))}
+            for p in plugin_set.plugins
+        ],
+        "hooks": hooks,
+        "algorithms": {
+            name: {**where(offered.plugin), "supports_overlap": offered.spec.supports_overlap,
+                   "settings": _plain(offered.config.settings)}
+            for name, offered in plugin_set.algorithms.items()
+        },
+        "failures": [{"plugin": f.plugin, "message": f.message} for f in plugin_set.failures],
+    }
+
+
+def _plain(value: Any) -> Any:
+    if hasattr(value, "items"):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _fail(args: argparse.Namespace, problems: List[str]) -> int:
+    if getattr(args, "json", False):
+        _print_json({"ok": False, "problems": problems})
+    else:
+        for problem in problems:
+            print(f"error: {problem}", file=sys.stderr)
+    return 1
+
+
+def _print_json(data: Any) -> None:
+    json.dump(data, sys.stdout, indent=2, default=str)
+    sys.stdout.write("\n")
+
+

@@ -1,0 +1,235 @@
+"""plugins.toml: which drafter plugins and algorithms are on, and their settings.
+
+The file is found through ``SGLANG_SPEC_PLUGINS_CONFIG`` (which must then
+name an existing file), else ``./plugins.toml``; with neither, the defaults
+apply (every installed plugin enabled, ``on_error = "fail"``, every offered
+algorithm enabled with no settings).
+
+Parsing checks everything that can be checked without knowing which plugins
+are installed; every problem found is reported at once, each line naming the
+file, the table and the key. Cross-checks against the installed plugins live
+in :mod:`sglang_spec_plugins.plugins`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, List, Mapping, Optional, Tuple
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+from .errors import ConfigError
+
+CONFIG_ENV = "SGLANG_SPEC_PLUGINS_CONFIG"
+"""Environment variable naming the plugins.toml to use."""
+
+DEFAULT_FILENAME = "plugins.toml"
+
+ON_ERROR_CHOICES = ("fail", "skip")
+
+RESERVED_ALGORITHM_NAMES = frozenset(
+    {
+        "DFLASH",
+        "DSPARK",
+        "EAGLE",
+        "EAGLE3",
+        "FROZEN_KV_MTP",
+        "NEXTN",
+        "NGRAM",
+        "NONE",
+        "STANDALONE",
+        "UNO",
+    }
+)
+"""Names SGLang 0.5.12-0.5.23 keep for built-in algorithms (enum members and
+the NEXTN alias). The engine probe reads the installed release's own set;
+a test keeps this union a superset of it."""
+
+FRAMEWORK_ALGORITHM_KEYS = ("plugin", "enabled", "max_tokens_per_req")
+"""Keys of an ``[algorithms.NAME]`` table read by the framework; every other
+key is a plugin setting."""
+
+_PLUGINS_KEYS = ("enable", "disable", "on_error")
+
+
+@dataclass(frozen=True)
+class AlgorithmConfig:
+    """One ``[algorithms.NAME]`` table.
+
+    ``plugin``: the entry-point name of the plugin that must serve it (needed
+    only when two installed plugins offer the same name). ``enabled``: False
+    keeps it from being registered. ``max_tokens_per_req``: the operator's
+    ceiling on the verify width. ``settings``: every other key, read-only,
+    handed to the plugin's hooks.
+    """
+
+    name: str
+    plugin: Optional[str] = None
+    enabled: bool = True
+    max_tokens_per_req: Optional[int] = None
+    settings: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+
+
+@dataclass(frozen=True)
+class Config:
+    """The whole of plugins.toml, validated and immutable.
+
+    ``source`` is the file it came from (None: built-in defaults).
+    ``enable`` None means every installed plugin.
+    """
+
+    source: Optional[Path] = None
+    enable: Optional[Tuple[str, ...]] = None
+    disable: Tuple[str, ...] = ()
+    on_error: str = "fail"
+    algorithms: Mapping[str, AlgorithmConfig] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+
+    @property
+    def origin(self) -> str:
+        """How messages name this config: its path, or the defaults."""
+        return str(self.source) if self.source else "(built-in defaults)"
+
+    def algorithm(self, name: str) -> AlgorithmConfig:
+        """The table for ``name`` (any case), or the defaults if there is none."""
+        upper = name.upper()
+        return self.algorithms.get(upper) or AlgorithmConfig(name=upper)
+
+
+def locate(cwd: Optional[Path] = None, environ: Mapping[str, str] = os.environ) -> Optional[Path]:
+    """Return the plugins.toml to use, or None when there is none.
+
+    Raises ConfigError when ``SGLANG_SPEC_PLUGINS_CONFIG`` names a missing file.
+    """
+    named = environ.get(CONFIG_ENV)
+    if named:
+        path = Path(named)
+        if not path.is_file():
+            raise ConfigError([f"{CONFIG_ENV}={named}: no such file"])
+        return path
+    local = (cwd or Path.cwd()) / DEFAULT_FILENAME
+    return local if local.is_file() else None
+
+
+def load(path: Optional[Path] = None, *, environ: Mapping[str, str] = os.environ) -> Config:
+    """Read and validate the config at ``path`` (default: :func:`locate`)."""
+    if path is None:
+        path = locate(environ=environ)
+        if path is None:
+            return Config()
+    try:
+        raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError([f"{path}: cannot read: {exc.strerror or exc}"]) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError([f"{path}: not valid TOML: {exc}"]) from None
+    return parse(raw, source=Path(path))
+
+
+def parse(raw: Mapping[str, Any], *, source: Optional[Path] = None) -> Config:
+    """Validate a decoded plugins.toml; raise ConfigError listing every problem."""
+    where = str(source) if source else "plugins.toml"
+    problems: List[str] = []
+
+    for key in raw:
+        if key not in ("plugins", "algorithms"):
+            problems.append(f"{where}: unknown top-level key {key!r} (expected [plugins] and [algorithms.NAME] tables)")
+
+    plugins_table = raw.get("plugins", {})
+    enable: Optional[Tuple[str, ...]] = None
+    disable: Tuple[str, ...] = ()
+    on_error = "fail"
+    if not isinstance(plugins_table, dict):
+        problems.append(f"{where}: [plugins] must be a table")
+    else:
+        for key in plugins_table:
+            if key not in _PLUGINS_KEYS:
+                problems.append(f"{where}: [plugins] unknown key {key!r} (known: {', '.join(_PLUGINS_KEYS)})")
+        if "enable" in plugins_table:
+            enable = _names(plugins_table["enable"], f"{where}: [plugins] enable", problems)
+        if "disable" in plugins_table:
+            disable = _names(plugins_table["disable"], f"{where}: [plugins] disable", problems) or ()
+        if "on_error" in plugins_table:
+            on_error = plugins_table["on_error"]
+            if on_error not in ON_ERROR_CHOICES:
+                problems.append(f"{where}: [plugins] on_error must be one of {', '.join(map(repr, ON_ERROR_CHOICES))}, got {on_error!r}")
+        for both in sorted(set(enable or ()) & set(disable)):
+            problems.append(f"{where}: [plugins] plugin {both!r} is in both enable and disable")
+
+    algorithms = {}
+    algorithms_table = raw.get("algorithms", {})
+    if not isinstance(algorithms_table, dict):
+        problems.append(f"{where}: [algorithms] must be a table of [algorithms.NAME] tables")
+        algorithms_table = {}
+    for name, table in algorithms_table.items():
+        parsed = _algorithm(name, table, where, problems)
+        if parsed is None:
+            continue
+        if parsed.name in algorithms:
+            problems.append(f"{where}: [algorithms.{name}] names the same algorithm as another table (names are case-insensitive)")
+            continue
+        algorithms[parsed.name] = parsed
+
+    if problems:
+        raise ConfigError(problems)
+    return Config(
+        source=source,
+        enable=enable,
+        disable=disable,
+        on_error=on_error,
+        algorithms=MappingProxyType(algorithms),
+    )
+
+
+def _names(value: Any, what: str, problems: List[str]) -> Optional[Tuple[str, ...]]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        problems.append(f"{what} must be a list of plugin names (strings), got {value!r}")
+        return None
+    return tuple(value)
+
+
+def _algorithm(name: str, table: Any, where: str, problems: List[str]) -> Optional[AlgorithmConfig]:
+    label = f"{where}: [algorithms.{name}]"
+    if not isinstance(table, dict):
+        problems.append(f"{label} must be a table")
+        return None
+    upper = name.upper()
+    count = len(problems)
+    if upper in RESERVED_ALGORITHM_NAMES:
+        problems.append(f"{label} {upper!r} is a built-in SGLang algorithm name; plugins cannot configure or replace it")
+    plugin = table.get("plugin")
+    if plugin is not None and not (isinstance(plugin, str) and plugin):
+        problems.append(f"{label} plugin must be a plugin name (string), got {plugin!r}")
+    enabled = table.get("enabled", True)
+    if not isinstance(enabled, bool):
+        problems.append(f"{label} enabled must be true or false, got {enabled!r}")
+    cap = table.get("max_tokens_per_req")
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+        problems.append(f"{label} max_tokens_per_req must be a positive integer, got {cap!r}")
+    if len(problems) > count:
+        return None
+    settings = {k: _freeze(v) for k, v in table.items() if k not in FRAMEWORK_ALGORITHM_KEYS}
+    return AlgorithmConfig(
+        name=upper,
+        plugin=plugin,
+        enabled=enabled,
+        max_tokens_per_req=cap,
+        settings=MappingProxyType(settings),
+    )
+
+
+def _freeze(value: Any) -> Any:
+    """Make a decoded TOML value read-only (tables -> mapping proxies, arrays -> tuples)."""
+    if isinstance(value, dict):
+        return MappingProxyType({k: _freeze(v) for k, v in value.items()})
+    if isinstance(value, list):
+        return tuple(_freeze(v) for v in value)
+    return value

@@ -1,0 +1,73 @@
+"""The algorithm object SGLang sees for a plugin algorithm.
+
+:func:`spec_class_for` returns a subclass of SGLang's ``CustomSpecAlgo`` bound
+to one :class:`~sglang_spec_plugins.policy.VerifyPolicy`. It answers
+SGLang's target-verify questions from the policy's cache under every name a
+supported release calls, and carries every public method of the built-in
+``SpeculativeAlgorithm`` enum that the installed ``CustomSpecAlgo`` lacks:
+those are taken from the enum itself, where they dispatch on ``is_*()``
+predicates that are all False for a plugin algorithm, which yields the
+neutral answer (no topk, no draft hidden states, a plain FutureMap, ...).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Dict, Optional
+
+from ..policy import VerifyPolicy
+from .probe import EngineProbe
+
+
+def _ndt_of(server_args: Any) -> Optional[int]:
+    return getattr(server_args, "speculative_num_draft_tokens", None)
+
+
+class _PolicyMethods:
+    """Methods every plugin algorithm class gets; ``policy`` is set per class."""
+
+    policy: VerifyPolicy
+
+    def get_num_tokens_per_req_for_target_verify(self, num_draft_tokens: int, is_draft_worker: bool) -> int:
+        return self.policy.width(num_draft_tokens, is_draft_worker)
+
+    # 0.5.13-0.5.15 call this name; 0.5.16-0.5.20 keep it as an alias.
+    get_num_tokens_per_bs_for_target_verify = get_num_tokens_per_req_for_target_verify
+
+    def supports_target_verify_for_draft(self) -> bool:
+        return self.policy.draft_may_verify()
+
+    def resolve_max_speculative_num_draft_tokens(self, server_args: Any) -> Optional[int]:
+        stock = getattr(super(), "resolve_max_speculative_num_draft_tokens", None)
+        ndt = stock(server_args) if stock else _ndt_of(server_args)
+        return None if ndt is None else self.policy.max_width(ndt)
+
+    def handle_server_args(self, server_args: Any) -> None:
+        stock = getattr(super(), "handle_server_args", None)
+        if stock:
+            stock(server_args)
+        ndt = _ndt_of(server_args)
+        if ndt is not None:
+            self.policy.validate(ndt)
+
+
+@functools.lru_cache(maxsize=None)
+def plugin_base_class(probe: EngineProbe) -> type:
+    """``CustomSpecAlgo`` + :class:`_PolicyMethods` + the enum's missing methods."""
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+    from sglang.srt.speculative.spec_registry import CustomSpecAlgo
+
+    borrowed: Dict[str, Any] = {
+        name: vars(SpeculativeAlgorithm)[name]
+        for name in probe.enum_only_methods
+        if not hasattr(_PolicyMethods, name)
+    }
+    borrowed["__doc__"] = "A CustomSpecAlgo whose answers come from a sglang-spec-plugins policy."
+    borrowed["borrowed_from_enum"] = tuple(sorted(n for n in borrowed if not n.startswith("_")))
+    return type("PluginSpecAlgo", (_PolicyMethods, CustomSpecAlgo), borrowed)
+
+
+def spec_class_for(policy: VerifyPolicy, probe: EngineProbe) -> type:
+    """The class to pass as ``spec_class`` when registering ``policy.algorithm``."""
+    base = plugin_base_class(probe)
+    return type(f"PluginSpecAlgo_{policy.algorithm}", (base,), {"policy": policy})

@@ -1,0 +1,76 @@
+"""Registering plugin algorithms in SGLang's per-process algorithm registry.
+
+:func:`register_all` is all-or-nothing: if any algorithm cannot be
+registered, those registered by the same call are removed again and the
+error names the algorithm, its plugin and the SGLang release.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Iterable, List, Tuple
+
+from ..errors import EngineError
+from ..plugins import OfferedAlgorithm
+from ..policy import VerifyPolicy
+from .algorithm import _PolicyMethods, spec_class_for
+from .probe import EngineProbe
+
+
+def registered(name: str):
+    """The algorithm object SGLang's registry holds for ``name``, or None."""
+    from sglang.srt.speculative import spec_registry
+
+    return spec_registry.get_spec(name)
+
+
+def register_all(
+    entries: Iterable[Tuple[OfferedAlgorithm, VerifyPolicy]], probe: EngineProbe
+) -> Dict[str, object]:
+    """Register each algorithm; return ``{name: algorithm object}``.
+
+    An algorithm this package already registered in this process is kept as
+    it is (the loader is idempotent); one registered by somebody else is an
+    error.
+    """
+    from sglang.srt.speculative import spec_registry
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    register = getattr(SpeculativeAlgorithm, "register", None) or spec_registry.register_algorithm
+    done: List[str] = []
+    result: Dict[str, object] = {}
+    try:
+        for offered, policy in entries:
+            existing = registered(offered.name)
+            if existing is not None:
+                if not isinstance(existing, _PolicyMethods):
+                    raise EngineError(
+                        f"algorithm {offered.name} (plugin {offered.plugin!r}) is already registered in "
+                        f"SGLang {probe.version} by someone else: {existing!r}"
+                    )
+                result[offered.name] = existing
+                continue
+            try:
+                register(
+                    offered.name,
+                    supports_overlap=offered.spec.supports_overlap,
+                    validate_server_args=offered.spec.validate_server_args,
+                    spec_class=spec_class_for(policy, probe),
+                )(offered.spec.worker_factory)
+            except (TypeError, ValueError) as exc:
+                raise EngineError(
+                    f"SGLang {probe.version} refused algorithm {offered.name} (plugin {offered.plugin!r}): {exc}"
+                ) from exc
+            done.append(offered.name)
+            result[offered.name] = registered(offered.name)
+    except BaseException:
+        unregister(done)
+        raise
+    return result
+
+
+def unregister(names: Iterable[str]) -> None:
+    """Remove algorithms from SGLang's registry (SGLang has no API for it)."""
+    from sglang.srt.speculative import spec_registry
+
+    for name in names:
+        spec_registry._REGISTRY.pop(name.upper(), None)

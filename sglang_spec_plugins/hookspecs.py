@@ -1,0 +1,118 @@
+"""The hook contract between sglang-spec-plugins and drafter plugins.
+
+A drafter plugin is a module (or object) with functions marked ``@hookimpl``
+whose names match the specifications below. It is found through the
+entry-point group ``sglang_spec_plugins``; the entry-point *name* is the
+plugin's name in ``plugins.toml``.
+
+Semantics shared by every per-algorithm hook:
+
+* The hook receives the algorithm name (upper case, as SGLang registers it)
+  and answers only for algorithms the plugin owns. For any other name it
+  returns ``None``, so several drafters coexist; the first non-``None``
+  answer wins (``firstresult``).
+* ``settings`` is the read-only mapping of the algorithm's table in
+  ``plugins.toml`` minus the keys the framework reserves (``plugin``,
+  ``enabled``, ``max_tokens_per_req``). A hookimpl may leave out any
+  argument it does not need (pluggy passes only the ones it names).
+* Answers must be pure: the same arguments give the same answer, every time
+  and in every process. The framework asks once per distinct argument tuple
+  and caches the answer; CUDA graphs are captured per width, so a width that
+  changed between calls would be a correctness bug, not a tuning knob.
+* A wrong answer (wrong type, width < 1, width above the declared maximum)
+  is rejected when the algorithm is validated at server start, with an
+  error naming the plugin; it never reaches a GPU step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+import pluggy
+
+PROJECT_NAME = "sglang_spec_plugins"
+"""The pluggy project name, which is also the entry-point group drafters use."""
+
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+
+@dataclass(frozen=True)
+class AlgorithmSpec:
+    """One speculative algorithm a plugin offers to SGLang.
+
+    ``name``: the ``--speculative-algorithm`` value; matched case-insensitively
+    and registered upper case. It may not be one of SGLang's built-in names.
+
+    ``worker_factory``: called by SGLang with its ``ServerArgs`` when it
+    creates the speculative worker; returns the worker class.
+
+    ``supports_overlap``: whether the worker runs under SGLang's overlap
+    scheduler. If False, SGLang refuses to start unless
+    ``--disable-overlap-schedule`` is given.
+
+    ``validate_server_args``: optional ``(server_args) -> None`` that raises
+    ``ValueError`` to refuse a configuration; SGLang calls it while it
+    resolves its server arguments.
+    """
+
+    name: str
+    worker_factory: Callable[[Any], type]
+    supports_overlap: bool = False
+    validate_server_args: Optional[Callable[[Any], None]] = None
+
+
+@hookspec
+def sgl_spec_algorithms() -> Sequence[AlgorithmSpec]:
+    """Return every algorithm this plugin can serve.
+
+    Called once per process, at load time, on every enabled plugin; a plugin
+    offering nothing returns an empty sequence. Whether an offered algorithm
+    is switched on is decided by ``plugins.toml``, not by the plugin.
+    """
+
+
+@hookspec(firstresult=True)
+def sgl_spec_verify_width(
+    algorithm: str,
+    num_draft_tokens: int,
+    is_draft_worker: bool,
+    settings: Mapping[str, Any],
+) -> Optional[int]:
+    """Return how many tokens each request verifies in TARGET_VERIFY.
+
+    ``num_draft_tokens`` is SGLang's configured
+    ``speculative_num_draft_tokens``; ``is_draft_worker`` is True when the
+    forward runs in the drafter's own model runner (only possible when
+    :func:`sgl_spec_draft_may_verify` says so). The answer is a positive int
+    no larger than the maximum from :func:`sgl_spec_max_verify_width`.
+    ``None``: not my algorithm; if no plugin answers, the width is
+    ``num_draft_tokens`` (SGLang's own default).
+    """
+
+
+@hookspec(firstresult=True)
+def sgl_spec_draft_may_verify(
+    algorithm: str, settings: Mapping[str, Any]
+) -> Optional[bool]:
+    """Return whether the drafter's own worker may run TARGET_VERIFY forwards
+    (block drafters such as DFLASH verify inside the draft model runner).
+
+    ``None``: not my algorithm; if no plugin answers, the answer is False
+    (SGLang's default for plugin algorithms).
+    """
+
+
+@hookspec(firstresult=True)
+def sgl_spec_max_verify_width(
+    algorithm: str, num_draft_tokens: int, settings: Mapping[str, Any]
+) -> Optional[int]:
+    """Return the largest width :func:`sgl_spec_verify_width` may answer.
+
+    SGLang sizes KV reservation and CUDA-graph capture with it. It must be at
+    least ``num_draft_tokens`` and, when ``plugins.toml`` sets
+    ``max_tokens_per_req`` for the algorithm, no larger than that.
+    ``None``: not my algorithm; then the maximum is ``max_tokens_per_req``
+    from ``plugins.toml`` if set, else ``num_draft_tokens``.
+    """
