@@ -205,7 +205,8 @@ def _load_one(pm: pluggy.PluginManager, name: str, ep: metadata.EntryPoint):
         pm.register(plugin, name=name)
         pm.check_pending()
     except pluggy.PluginValidationError as exc:
-        raise PluginError(name, f"breaks the hook contract: {exc}") from exc
+        detail = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+        raise PluginError(name, f"breaks the hook contract: {detail}") from exc
     except ValueError as exc:
         raise PluginError(name, str(exc)) from exc
     info = PluginInfo(

@@ -79,8 +79,9 @@ def probe() -> EngineProbe:
     version = installed_version()
     if version is None or importlib.util.find_spec("sglang") is None:
         return EngineProbe(version=None)
-    plugin_framework = importlib.util.find_spec("sglang.srt.plugins") is not None
+    plugin_framework = False
     try:
+        plugin_framework = importlib.util.find_spec("sglang.srt.plugins") is not None
         spec_info = importlib.import_module("sglang.srt.speculative.spec_info")
         registry = (
             importlib.import_module("sglang.srt.speculative.spec_registry")

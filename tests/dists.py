@@ -1,0 +1,55 @@
+"""Build tiny installed distributions for tests: a real ``*.dist-info`` with an
+``entry_points.txt``, found by ``importlib.metadata`` like any pip install."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from typing import Dict
+
+
+def make_dist(root: Path, name: str, entry_points: Dict[str, str], modules: Dict[str, str], version: str = "1.0") -> Path:
+    """Write modules and a dist-info under ``root`` (put ``root`` on sys.path).
+
+    ``entry_points`` maps plugin names to ``module:attr`` in the group
+    ``sglang_spec_plugins``; ``modules`` maps module names to source text.
+    """
+    root.mkdir(parents=True, exist_ok=True)
+    for module, source in modules.items():
+        (root / f"{module}.py").write_text(textwrap.dedent(source))
+    info = root / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    lines = "".join(f"{ep} = {target}\n" for ep, target in entry_points.items())
+    (info / "entry_points.txt").write_text(f"[sglang_spec_plugins]\n{lines}")
+    return root
+
+
+PLUGIN_HEADER = "from sglang_spec_plugins import AlgorithmSpec, hookimpl\n"
+
+
+def simple_plugin(algorithm: str, width: str = "None", draft: str = "None", max_width: str = "None") -> str:
+    """Source of a module-style plugin offering ``algorithm``; the hook bodies
+    are expressions (``width`` may use ``num_draft_tokens`` and ``settings``)."""
+    return PLUGIN_HEADER + textwrap.dedent(f"""
+        class Worker:
+            pass
+
+        @hookimpl
+        def sgl_spec_algorithms():
+            return [AlgorithmSpec(name={algorithm!r}, worker_factory=lambda server_args: Worker)]
+
+        @hookimpl
+        def sgl_spec_verify_width(algorithm, num_draft_tokens, is_draft_worker, settings):
+            if algorithm != {algorithm!r}.upper():
+                return None
+            return {width}
+
+        @hookimpl
+        def sgl_spec_draft_may_verify(algorithm, settings):
+            return ({draft}) if algorithm == {algorithm!r}.upper() else None
+
+        @hookimpl
+        def sgl_spec_max_verify_width(algorithm, num_draft_tokens, settings):
+            return ({max_width}) if algorithm == {algorithm!r}.upper() else None
+        """)

@@ -1,0 +1,26 @@
+"""Fixtures for tests on the real SGLang source (any supported release)."""
+
+import pytest
+
+from sglang_cpu import install_stand_ins, reset_plugin_state, run_sglang_plugin_loading
+
+install_stand_ins()
+
+
+@pytest.fixture
+def sglang_loaded(monkeypatch, tmp_path):
+    """Return ``load(toml_text)``: write plugins.toml, point the loader at it
+    and run SGLang's own plugin loading; state is reset after the test."""
+    monkeypatch.delenv("SGLANG_SPEC_PLUGINS", raising=False)
+    monkeypatch.delenv("SGLANG_PLUGINS", raising=False)
+
+    def load(toml_text: str):
+        path = tmp_path / "plugins.toml"
+        path.write_text(toml_text)
+        monkeypatch.setenv("SGLANG_SPEC_PLUGINS_CONFIG", str(path))
+        run_sglang_plugin_loading()
+        return path
+
+    reset_plugin_state()
+    yield load
+    reset_plugin_state()

@@ -1,0 +1,43 @@
+"""Running the real SGLang source on a CPU-only machine, for tests.
+
+SGLang is imported from whatever release is first on sys.path (the test
+environment's, or a ``--target`` folder on PYTHONPATH). The only stand-ins
+are names SGLang leaves unbound without CUDA (see shared/cpu-harness.md).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+
+def install_stand_ins() -> None:
+    """Define the two torchvision operators whose CUDA build cannot load on a
+    CPU torch, so that torchvision's Python part (imported by SGLang's
+    multimodal configs) imports. Must run before SGLang is imported."""
+    import torch
+
+    for op in ("nms", "qnms"):
+        try:
+            torch.library.define(f"torchvision::{op}", "(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+        except RuntimeError:
+            pass  # already defined in this process
+
+
+def reset_plugin_state() -> None:
+    """Undo what SGLang's load_plugins() and our loader did in this process:
+    SGLang's once-per-process guard, our loader's report, and every algorithm
+    our loader registered."""
+    plugins = importlib.import_module("sglang.srt.plugins")
+    plugins._plugins_loaded = False
+    from sglang_spec_plugins import loader
+    from sglang_spec_plugins.engine.algorithm import _PolicyMethods
+    from sglang_spec_plugins.engine.registration import unregister
+
+    registry = importlib.import_module("sglang.srt.speculative.spec_registry")
+    unregister([n for n, algo in registry._REGISTRY.items() if isinstance(algo, _PolicyMethods)])
+    loader._reset_for_tests()
+
+
+def run_sglang_plugin_loading() -> None:
+    """Start plugins exactly as SGLang does in each of its processes."""
+    importlib.import_module("sglang.srt.plugins").load_plugins()

@@ -1,0 +1,123 @@
+"""Discovery through real entry points: selection, contract validation, ownership."""
+
+import pytest
+
+from dists import PLUGIN_HEADER, simple_plugin
+from sglang_spec_plugins import config
+from sglang_spec_plugins.errors import ConfigError, PluginError
+from sglang_spec_plugins.plugins import discover
+
+
+def cfg(write_toml, text):
+    return config.load(write_toml(text))
+
+
+@pytest.fixture
+def two(site):
+    site.add("alpha-drafter", {"alpha": "alpha_mod"}, {"alpha_mod": simple_plugin("ALPHA", width="4")}, version="2.1")
+    site.add("beta-drafter", {"beta": "beta_mod"}, {"beta_mod": simple_plugin("BETA", width="2")})
+    return site
+
+
+def test_discovers_entry_points_with_distribution_and_version(two, write_toml):
+    ps = discover(cfg(write_toml, "[plugins]\nenable = ['alpha', 'beta']\n"))
+    alpha = ps.info("alpha")
+    assert (alpha.distribution, alpha.version) == ("alpha-drafter", "2.1")
+    assert alpha.module_file.endswith("alpha_mod.py")
+    assert set(ps.algorithms) == {"ALPHA", "BETA"}
+    assert ps.algorithms["ALPHA"].plugin == "alpha"
+    assert ("sgl_spec_verify_width", "beta", ps.info("beta").module_file) in ps.hook_table()
+
+
+def test_enable_disable_and_env_allow_list(two, write_toml, monkeypatch):
+    assert [p.name for p in discover(cfg(write_toml, "[plugins]\nenable = ['beta']\n")).plugins] == ["beta"]
+    only_alpha = cfg(write_toml, "[plugins]\nenable = ['alpha', 'beta']\ndisable = []\n")
+    monkeypatch.setenv("SGLANG_SPEC_PLUGINS", "alpha")
+    assert [p.name for p in discover(only_alpha).plugins] == ["alpha"]
+    monkeypatch.setenv("SGLANG_SPEC_PLUGINS", " beta , ")
+    assert list(discover(only_alpha).algorithms) == ["BETA"]
+    monkeypatch.delenv("SGLANG_SPEC_PLUGINS")
+    names = [p.name for p in discover(cfg(write_toml, "[plugins]\ndisable = ['beta']\n")).plugins]
+    assert "alpha" in names and "beta" not in names
+
+
+def test_unknown_plugin_names(two, write_toml, monkeypatch):
+    with pytest.raises(ConfigError, match=r"plugins.toml: \[plugins\] enable: unknown plugin 'gamma' \(installed: .*alpha, beta"):
+        discover(cfg(write_toml, "[plugins]\nenable = ['gamma']\n"))
+    with pytest.raises(ConfigError, match=r"\[plugins\] disable: unknown plugin 'gamma'"):
+        discover(cfg(write_toml, "[plugins]\ndisable = ['gamma']\n"))
+    monkeypatch.setenv("SGLANG_SPEC_PLUGINS", "alpha,gamma")
+    with pytest.raises(ConfigError, match=r"SGLANG_SPEC_PLUGINS=alpha,gamma: unknown plugin 'gamma'"):
+        discover(cfg(write_toml, "[plugins]\nenable = ['alpha']\n"))
+
+
+def test_unknown_algorithm_and_wrong_owner(two, write_toml):
+    base = "[plugins]\nenable = ['alpha', 'beta']\n"
+    with pytest.raises(ConfigError, match=r"plugins.toml: \[algorithms.GAMMA\]: unknown algorithm; no enabled plugin offers it"):
+        discover(cfg(write_toml, base + "[algorithms.gamma]\n"))
+    with pytest.raises(ConfigError, match=r"\[algorithms.ALPHA\] plugin: plugin 'beta' does not offer ALPHA \(offered by: alpha\)"):
+        discover(cfg(write_toml, base + "[algorithms.ALPHA]\nplugin = 'beta'\n"))
+    with pytest.raises(ConfigError, match=r"\[algorithms.ALPHA\] plugin: unknown plugin 'zeta'"):
+        discover(cfg(write_toml, base + "[algorithms.ALPHA]\nplugin = 'zeta'\n"))
+    with pytest.raises(ConfigError, match=r"\[algorithms.ALPHA\] plugin: plugin 'alpha' is not enabled"):
+        discover(cfg(write_toml, "[plugins]\nenable = ['beta']\n[algorithms.ALPHA]\nplugin = 'alpha'\n"))
+
+
+def test_algorithm_offered_by_two_plugins(site, write_toml):
+    site.add("one", {"one": "one_mod"}, {"one_mod": simple_plugin("SAME")})
+    site.add("two", {"two": "two_mod"}, {"two_mod": simple_plugin("same")})
+    base = "[plugins]\nenable = ['one', 'two']\n"
+    with pytest.raises(ConfigError, match=r"\[algorithms.SAME\] plugin: algorithm SAME is offered by several plugins \(one, two\); set plugin"):
+        discover(cfg(write_toml, base))
+    chosen = discover(cfg(write_toml, base + "[algorithms.SAME]\nplugin = 'two'\n"))
+    assert chosen.algorithms["SAME"].plugin == "two"
+
+
+def test_disabled_algorithm_is_not_offered(two, write_toml):
+    ps = discover(cfg(write_toml, "[plugins]\nenable = ['alpha', 'beta']\n[algorithms.BETA]\nenabled = false\n"))
+    assert list(ps.algorithms) == ["ALPHA"]
+
+
+BROKEN = {
+    "import": ("raise RuntimeError('no CUDA here')\n", r"plugin 'bad': cannot import bad_mod: RuntimeError: no CUDA here"),
+    "unknown hook": (PLUGIN_HEADER + "@hookimpl\ndef sgl_spec_verify_widht(algorithm):\n    return 1\n",
+                     r"plugin 'bad': breaks the hook contract: .*unknown hook 'sgl_spec_verify_widht'"),
+    "wrong argument": (PLUGIN_HEADER + "@hookimpl\ndef sgl_spec_verify_width(algo):\n    return 1\n",
+                       r"plugin 'bad': breaks the hook contract: .*sgl_spec_verify_width.*algo"),
+    "not a list": (PLUGIN_HEADER + "@hookimpl\ndef sgl_spec_algorithms():\n    return 'X'\n",
+                   r"plugin 'bad': sgl_spec_algorithms must return a list of AlgorithmSpec, got 'X'"),
+    "reserved": (PLUGIN_HEADER + "@hookimpl\ndef sgl_spec_algorithms():\n    return [AlgorithmSpec('eagle3', lambda a: object)]\n",
+                 r"plugin 'bad': algorithm name 'EAGLE3' is reserved by SGLang"),
+    "bad name": (PLUGIN_HEADER + "@hookimpl\ndef sgl_spec_algorithms():\n    return [AlgorithmSpec('my-algo', lambda a: object)]\n",
+                 r"plugin 'bad': algorithm name 'my-algo' is not a valid name"),
+    "twice": (PLUGIN_HEADER + "@hookimpl\ndef sgl_spec_algorithms():\n    return [AlgorithmSpec('X', lambda a: object), AlgorithmSpec('x', lambda a: object)]\n",
+              r"plugin 'bad': offers algorithm 'X' twice"),
+    "factory": (PLUGIN_HEADER + "@hookimpl\ndef sgl_spec_algorithms():\n    return [AlgorithmSpec('X', None)]\n",
+                r"plugin 'bad': algorithm X: worker_factory is not callable"),
+    "raises": (PLUGIN_HEADER + "@hookimpl\ndef sgl_spec_algorithms():\n    raise KeyError('cfg')\n",
+               r"plugin 'bad': sgl_spec_algorithms raised KeyError"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN))
+def test_broken_plugin_fails_by_default_naming_it(two, write_toml, case):
+    source, message = BROKEN[case]
+    two.add("bad-drafter", {"bad": "bad_mod"}, {"bad_mod": source})
+    with pytest.raises(PluginError, match=message) as info:
+        discover(cfg(write_toml, "[plugins]\nenable = ['alpha', 'bad']\n"))
+    assert info.value.plugin == "bad"
+
+
+def test_broken_plugin_is_skipped_on_request(two, write_toml):
+    two.add("bad-drafter", {"bad": "bad_mod"}, {"bad_mod": BROKEN["wrong argument"][0]})
+    ps = discover(cfg(write_toml, "[plugins]\nenable = ['alpha', 'bad']\non_error = 'skip'\n[algorithms.BAD]\nplugin = 'bad'\n"))
+    assert [p.name for p in ps.plugins] == ["alpha"]
+    assert [f.plugin for f in ps.failures] == ["bad"]
+    assert ps.pm.get_plugin("bad") is None
+    assert list(ps.algorithms) == ["ALPHA"]
+
+
+def test_answers_are_traced_to_their_plugin(two, write_toml):
+    ps = discover(cfg(write_toml, "[plugins]\nenable = ['alpha', 'beta']\n"))
+    got = ps.answers("sgl_spec_verify_width", algorithm="ALPHA", num_draft_tokens=8, is_draft_worker=False, settings={})
+    assert got == {"alpha": 4}

@@ -1,0 +1,98 @@
+"""VerifyPolicy: answers validated once, cached, and blamed on the right plugin."""
+
+import pytest
+
+from dists import simple_plugin
+from sglang_spec_plugins import config
+from sglang_spec_plugins.errors import PluginError
+from sglang_spec_plugins.plugins import discover
+from sglang_spec_plugins.policy import VerifyPolicy
+
+
+def policy_for(site, write_toml, extra_toml="", **hooks):
+    site.add("p-drafter", {"p": "p_mod"}, {"p_mod": simple_plugin("ALGO", **hooks)})
+    ps = discover(config.load(write_toml("[plugins]\nenable = ['p']\n" + extra_toml)))
+    return VerifyPolicy(ps, ps.algorithms["ALGO"])
+
+
+def test_defaults_follow_sglang(site, write_toml):
+    policy = policy_for(site, write_toml)
+    assert policy.width(8, False) == 8
+    assert policy.max_width(8) == 8
+    assert policy.draft_may_verify() is False
+
+
+def test_width_from_settings_and_ceiling(site, write_toml):
+    policy = policy_for(site, write_toml, "[algorithms.ALGO]\nmax_tokens_per_req = 16\nw = 12\n", width="settings['w']")
+    assert policy.width(8, False) == 12
+    assert policy.max_width(8) == 16
+
+
+def test_answers_are_cached_per_argument_tuple(site, write_toml):
+    policy = policy_for(site, write_toml, width="num_draft_tokens // 2", draft="True")
+    import p_mod
+
+    calls = []
+    original = p_mod.sgl_spec_verify_width
+
+    def counting(algorithm, num_draft_tokens, is_draft_worker, settings):
+        calls.append((num_draft_tokens, is_draft_worker))
+        return original(algorithm, num_draft_tokens, is_draft_worker, settings)
+
+    impl = next(i for i in policy._plugins.pm.hook.sgl_spec_verify_width.get_hookimpls() if i.plugin_name == "p")
+    impl.function = counting
+    for _ in range(3):
+        assert policy.width(8, False) == 4
+        assert policy.width(8, True) == 4
+        assert policy.width(16, False) == 8
+    assert calls == [(8, False), (8, True), (16, False)]
+
+
+@pytest.mark.parametrize(
+    "hooks, extra, message",
+    [
+        ({"width": "0"}, "", r"sgl_spec_verify_width\(num_draft_tokens=8, is_draft_worker=False\) returned 0; it must be an int from 1 to the maximum width 8"),
+        ({"width": "9"}, "", r"returned 9; it must be an int from 1 to the maximum width 8"),
+        ({"width": "4.0"}, "", r"returned 4.0; it must be an int"),
+        ({"width": "True"}, "", r"returned True; it must be an int"),
+        ({"width": "17"}, "[algorithms.ALGO]\nmax_tokens_per_req = 16\n", r"returned 17; .* maximum width 16"),
+        ({"max_width": "4"}, "", r"maximum width 4 \(from sgl_spec_max_verify_width\) must be an int >= num_draft_tokens=8"),
+        ({"max_width": "32"}, "[algorithms.ALGO]\nmax_tokens_per_req = 16\n", r"sgl_spec_max_verify_width returned 32, above \[algorithms.ALGO\] max_tokens_per_req = 16 in .*plugins.toml"),
+        ({}, "[algorithms.ALGO]\nmax_tokens_per_req = 4\n", r"maximum width 4 \(from plugins.toml max_tokens_per_req\) must be an int >= num_draft_tokens=8"),
+        ({"width": "1 // 0"}, "", r"hook sgl_spec_verify_width raised ZeroDivisionError"),
+    ],
+)
+def test_bad_width_answers_name_the_plugin(site, write_toml, hooks, extra, message):
+    policy = policy_for(site, write_toml, extra, **hooks)
+    with pytest.raises(PluginError, match=message) as info:
+        policy.validate(8)
+    assert info.value.plugin == "p"
+    assert str(info.value).startswith("plugin 'p': ")
+
+
+def test_draft_answer_must_be_bool(site, write_toml):
+    policy = policy_for(site, write_toml, draft="'yes'")
+    with pytest.raises(PluginError, match=r"sgl_spec_draft_may_verify returned 'yes'; it must be a bool"):
+        policy.draft_may_verify()
+
+
+def test_draft_worker_width_needs_permission(site, write_toml):
+    policy = policy_for(site, write_toml)
+    with pytest.raises(PluginError, match="a draft worker asked for a TARGET_VERIFY width, but sgl_spec_draft_may_verify did not allow it"):
+        policy.width(8, True)
+
+
+def test_bad_num_draft_tokens(site, write_toml):
+    policy = policy_for(site, write_toml)
+    with pytest.raises(ValueError, match="speculative_num_draft_tokens must be a positive int, got None"):
+        policy.width(None, False)
+
+
+def test_a_plugin_answering_for_another_plugins_algorithm_is_blamed(site, write_toml):
+    site.add("owner", {"owner": "owner_mod"}, {"owner_mod": simple_plugin("MINE", width="4")})
+    greedy = simple_plugin("OTHER") + "\n@hookimpl(specname='sgl_spec_verify_width')\ndef answers_everything(num_draft_tokens):\n    return 1\n"
+    site.add("greedy", {"greedy": "greedy_mod"}, {"greedy_mod": greedy})
+    ps = discover(config.load(write_toml("[plugins]\nenable = ['owner', 'greedy']\n")))
+    policy = VerifyPolicy(ps, ps.algorithms["MINE"])
+    with pytest.raises(PluginError, match=r"plugin 'greedy': sgl_spec_verify_width answered for algorithm MINE, which plugin 'owner' owns"):
+        policy.width(8, False)
