@@ -32,14 +32,17 @@ class VerifyPolicy:
         return f"VerifyPolicy({self.algorithm!r}, plugin={self.plugin!r})"
 
     def width(self, num_draft_tokens: int, is_draft_worker: bool) -> int:
-        """Tokens per request in TARGET_VERIFY (cached after the first call)."""
+        """Tokens per request in TARGET_VERIFY (cached after the first call).
+
+        SGLang also asks on behalf of draft workers that never verify (to size
+        buffers); whether one may run TARGET_VERIFY is SGLang's check, fed by
+        :meth:`draft_may_verify`.
+        """
         try:
             return self._widths[(num_draft_tokens, is_draft_worker)]
         except KeyError:
             pass
         ndt = self._check_ndt(num_draft_tokens)
-        if is_draft_worker and not self.draft_may_verify():
-            raise PluginError(self.plugin, f"algorithm {self.algorithm}: a draft worker asked for a TARGET_VERIFY width, but sgl_spec_draft_may_verify did not allow it")
         answer = self._owner_answer(
             "sgl_spec_verify_width",
             algorithm=self.algorithm,

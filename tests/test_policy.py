@@ -76,12 +76,6 @@ def test_draft_answer_must_be_bool(site, write_toml):
         policy.draft_may_verify()
 
 
-def test_draft_worker_width_needs_permission(site, write_toml):
-    policy = policy_for(site, write_toml)
-    with pytest.raises(PluginError, match="a draft worker asked for a TARGET_VERIFY width, but sgl_spec_draft_may_verify did not allow it"):
-        policy.width(8, True)
-
-
 def test_bad_num_draft_tokens(site, write_toml):
     policy = policy_for(site, write_toml)
     with pytest.raises(ValueError, match="speculative_num_draft_tokens must be a positive int, got None"):

@@ -62,3 +62,31 @@ def test_a_stock_registration_would_give_sglangs_default(sglang_loaded, publishe
         assert ModelRunner.decode_num_tokens_per_req(runner) == 16
     finally:
         spec_registry._REGISTRY.pop("SBD", None)
+
+
+def test_cuda_graph_runner_captures_at_the_plugin_width(sglang_loaded, published):
+    from runner_drive import graph_runner_width
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+    sglang_loaded(EXAMPLES)
+    published(speculative_algorithm="SBD", speculative_num_draft_tokens=16)
+    from sglang.srt.runtime_context import get_context
+
+    server_args = get_context().server_args
+    SA = spec_algorithm()
+    assert graph_runner_width(SA.from_string("SBD"), False, server_args) == (8, ForwardMode.TARGET_VERIFY)
+    assert graph_runner_width(SA.from_string("DFLASH_BLOCK"), True, server_args) == (16, ForwardMode.TARGET_VERIFY)
+    with pytest.raises(RuntimeError, match="This should not happen"):
+        graph_runner_width(SA.from_string("SBD"), True, server_args)  # SBD's draft worker may not verify
+
+
+def test_dummy_run_uses_the_plugin_width(sglang_loaded, published):
+    from runner_drive import dummy_run_width
+
+    sglang_loaded(EXAMPLES)
+    published(speculative_algorithm="SBD", speculative_num_draft_tokens=16)
+    SA = spec_algorithm()
+    assert dummy_run_width(SA.from_string("SBD"), False) == 8
+    assert dummy_run_width(SA.from_string("DFLASH_BLOCK"), True) == 16
+    with pytest.raises(AssertionError, match="This should not happen"):
+        dummy_run_width(SA.from_string("SBD"), True)
