@@ -35,6 +35,8 @@ class LoadReport:
     policies: Mapping[str, VerifyPolicy]
     registered: Mapping[str, object]
     sglang_version: Optional[str]
+    patches: Mapping[str, object]
+    """Patch name -> its :class:`~sglang_spec_plugins.patches.Plan` (empty when nothing was loaded)."""
 
 
 _report: Optional[LoadReport] = None
@@ -58,16 +60,25 @@ def load(environ: Mapping[str, str] = os.environ) -> LoadReport:
         logger.info("sglang-spec-plugins %s: loaded plugin %s from %s", __version__, info.label, info.module_file)
 
     registered: Dict[str, object] = {}
+    plans: Dict[str, object] = {}
     sglang_version = None
     if policies:
         from .engine.probe import probe
         from .engine.registration import register_all
+        from .patches import PATCHES, apply_all, revert_all
 
         found = probe()
         sglang_version = found.version
         if found.problems():
             raise EngineError("; ".join(found.problems()) + f"; cannot serve {', '.join(policies)}")
-        registered = register_all(((plugin_set.algorithms[n], p) for n, p in policies.items()), found)
+        plans = apply_all(PATCHES, found.version)
+        try:
+            registered = register_all(((plugin_set.algorithms[n], p) for n, p in policies.items()), found)
+        except BaseException:
+            revert_all(PATCHES)
+            raise
+        for name, plan in plans.items():
+            logger.info("sglang-spec-plugins: patch %s on SGLang %s: %s (%s)", name, sglang_version, plan.verdict, plan.reason)
         for name, policy in policies.items():
             offered = plugin_set.algorithms[name]
             logger.info(
@@ -77,7 +88,7 @@ def load(environ: Mapping[str, str] = os.environ) -> LoadReport:
             )
     else:
         logger.info("sglang-spec-plugins %s: no plugin algorithm enabled; SGLang left unchanged", __version__)
-    _report = LoadReport(plugin_set, policies, registered, sglang_version)
+    _report = LoadReport(plugin_set, policies, registered, sglang_version, plans)
     return _report
 
 
@@ -112,6 +123,11 @@ def sglang_entry_point() -> None:
 
 
 def _reset_for_tests() -> None:
-    """Forget this process's load (tests only; SGLang's registry is not touched)."""
+    """Forget this process's load and revert its patches (tests only; SGLang's
+    registry is not touched)."""
     global _report
+    if _report is not None and _report.patches:
+        from .patches import PATCHES, revert_all
+
+        revert_all(PATCHES)
     _report = None

@@ -23,6 +23,21 @@ WIDTH_HOOK_NAMES = (
 """The names SGLang's runners have called to ask an algorithm for its
 TARGET_VERIFY width, oldest first."""
 
+FIRST_SUPPORTED = "0.5.12"
+"""The first release with a plugin algorithm registry."""
+
+GRAPH_RUNNER_LOCATIONS = (
+    ("sglang.srt.model_executor.runner.decode_cuda_graph_runner", "DecodeCudaGraphRunner.__init__"),  # 0.5.14+
+    ("sglang.srt.model_executor.cuda_graph_runner", "CudaGraphRunner.__init__"),  # up to 0.5.13
+)
+"""Where the decode CUDA-graph runner decides its capture width, newest first."""
+
+DUMMY_RUN_LOCATIONS = (
+    ("sglang.srt.model_executor.runner.base_runner", "BaseRunner._dummy_run"),  # 0.5.14+
+    ("sglang.srt.model_executor.model_runner", "ModelRunner._dummy_run"),  # up to 0.5.13
+)
+"""Where the dummy (warm-up) forward decides its width, newest first."""
+
 
 @dataclass(frozen=True)
 class EngineProbe:
@@ -43,7 +58,14 @@ class EngineProbe:
     draft_check: bool = False
     reserved_names: FrozenSet[str] = frozenset()
     enum_only_methods: Tuple[str, ...] = ()
+    graph_runner: Optional[str] = None
+    dummy_run: Optional[str] = None
     import_error: Optional[str] = None
+
+    @property
+    def runner_width_hook(self) -> Optional[str]:
+        """The width hook name SGLang's own runners call (newest defined wins)."""
+        return self.width_hooks[-1] if self.width_hooks else None
 
     @property
     def installed(self) -> bool:
@@ -60,9 +82,50 @@ class EngineProbe:
             missing.append("the general-plugin framework sglang.srt.plugins (SGLang 0.5.11+)")
         if not self.registry:
             missing.append("the algorithm registry sglang.srt.speculative.spec_registry (SGLang 0.5.12+)")
+        if self.registry and not self.graph_runner:
+            missing.append("a decode CUDA-graph runner at a known place")
+        if self.registry and not self.dummy_run:
+            missing.append("a dummy run at a known place")
         if missing:
-            return (f"SGLang {self.version} lacks " + " and ".join(missing),)
+            older = _older_than_supported(self.version)
+            return (f"SGLang {self.version}{older} lacks " + " and ".join(missing),)
         return ()
+
+
+def _older_than_supported(version: str) -> str:
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return f" (older than {FIRST_SUPPORTED})" if Version(version) < Version(FIRST_SUPPORTED) else ""
+    except InvalidVersion:
+        return ""
+
+
+def resolve_method(module_name: str, qualname: str):
+    """``(class, attribute, function)`` for ``module:Class.method`` defined on
+    that class itself, or None when the module, class or method is absent."""
+    if not _exists(module_name):
+        return None
+    module = importlib.import_module(module_name)  # a broken import raises, it is not "absent"
+    owner_name, _, attr = qualname.rpartition(".")
+    owner = getattr(module, owner_name, None)
+    func = vars(owner).get(attr) if isinstance(owner, type) else None
+    return None if func is None else (owner, attr, func)
+
+
+def _exists(module_name: str) -> bool:
+    """Whether the module is part of the installed SGLang (imports its parents only)."""
+    try:
+        return importlib.util.find_spec(module_name) is not None
+    except ModuleNotFoundError as exc:  # a parent package is absent
+        if exc.name and module_name.startswith(exc.name):
+            return False
+        raise
+
+
+def locate(locations) -> Optional[str]:
+    """``module:Class.method`` of the first of ``locations`` present, or None."""
+    return next((f"{m}:{q}" for m, q in locations if resolve_method(m, q) is not None), None)
 
 
 def installed_version() -> Optional[str]:
@@ -79,24 +142,23 @@ def probe() -> EngineProbe:
     version = installed_version()
     if version is None or importlib.util.find_spec("sglang") is None:
         return EngineProbe(version=None)
-    plugin_framework = False
     try:
-        plugin_framework = importlib.util.find_spec("sglang.srt.plugins") is not None
+        plugin_framework = _exists("sglang.srt.plugins")
+        if not (plugin_framework and _exists("sglang.srt.speculative.spec_registry")):
+            return EngineProbe(version=version, plugin_framework=plugin_framework)  # too old: import nothing
         spec_info = importlib.import_module("sglang.srt.speculative.spec_info")
-        registry = (
-            importlib.import_module("sglang.srt.speculative.spec_registry")
-            if importlib.util.find_spec("sglang.srt.speculative.spec_registry")
-            else None
-        )
+        registry = importlib.import_module("sglang.srt.speculative.spec_registry")
+        graph_runner = locate(GRAPH_RUNNER_LOCATIONS)
+        dummy_run = locate(DUMMY_RUN_LOCATIONS)
     except Exception as exc:  # a broken install must show up in doctor, not crash it
-        return EngineProbe(version=version, plugin_framework=plugin_framework, import_error=f"{type(exc).__name__}: {exc}")
+        return EngineProbe(version=version, import_error=f"{type(exc).__name__}: {exc}")
 
     enum = spec_info.SpeculativeAlgorithm
     enum_methods = {
         name for name, value in vars(enum).items()
         if not name.startswith("_") and inspect.isfunction(value)
     }
-    custom = getattr(registry, "CustomSpecAlgo", None)
+    custom = registry.CustomSpecAlgo
     reserved = (
         frozenset(member.name for member in enum)
         | frozenset(getattr(registry, "_RESERVED_NAMES", ()))  # 0.5.12
@@ -105,10 +167,12 @@ def probe() -> EngineProbe:
     return EngineProbe(
         version=version,
         plugin_framework=plugin_framework,
-        registry=registry is not None and hasattr(registry, "register_algorithm"),
+        registry=hasattr(registry, "register_algorithm"),
         register_classmethod=callable(getattr(enum, "register", None)),
         width_hooks=tuple(n for n in WIDTH_HOOK_NAMES if n in enum_methods),
         draft_check="supports_target_verify_for_draft" in enum_methods,
         reserved_names=reserved,
-        enum_only_methods=tuple(sorted(enum_methods - set(dir(custom)))) if custom else (),
+        enum_only_methods=tuple(sorted(enum_methods - set(dir(custom)))),
+        graph_runner=graph_runner,
+        dummy_run=dummy_run,
     )

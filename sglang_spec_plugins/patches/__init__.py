@@ -1,0 +1,12 @@
+"""Version-adaptive patches to SGLang, one module per engine area.
+
+:mod:`.unit` holds the mechanism (declared targets, a feature condition,
+apply/revert, all-or-nothing), :mod:`.source_edit` the line edits it makes.
+``PATCHES`` lists every patch the loader applies, in order. Only this package
+and ``engine`` import SGLang, and only when a patch is planned or applied.
+"""
+
+from .runners import PATCHES
+from .unit import Plan, apply_all, plan_all, revert_all
+
+__all__ = ["PATCHES", "Plan", "apply_all", "plan_all", "revert_all"]

@@ -1,0 +1,88 @@
+"""Line-exact edits of an SGLang function, applied by rebuilding it from source.
+
+An :class:`Edit` replaces one statement line of a function (matched after
+stripping indentation, exactly once) with another, keeping the indentation.
+An edit also names the *fixed markers*: text whose presence in the function
+means upstream already does the right thing. Classifying a function against
+an edit gives one of three states:
+
+* ``"broken"``: the old line is there; the edit applies;
+* ``"fixed"``: the old line is absent and a fixed marker is present;
+* ``"unknown"``: neither; the function has a shape we do not know, and the
+  patch must refuse rather than guess.
+
+:func:`rebuild` compiles the edited source with the function's own module
+globals, its original file name and line numbers (tracebacks point at the
+real file), and a ``__class__`` cell so zero-argument ``super()`` still works.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
+import types
+from dataclasses import dataclass
+from typing import Callable, Sequence, Tuple
+
+
+@dataclass(frozen=True)
+class Edit:
+    """Replace the statement line ``old`` with ``new`` (both without indentation)."""
+
+    old: str
+    new: str
+    fixed_markers: Tuple[str, ...]
+    why: str
+
+    def classify(self, source: str) -> str:
+        if sum(line.strip() == self.old for line in source.splitlines()) == 1:
+            return "broken"
+        if self.old not in source and any(marker in source for marker in self.fixed_markers):
+            return "fixed"
+        return "unknown"
+
+
+def source_of(func: Callable) -> str:
+    return textwrap.dedent(inspect.getsource(func))
+
+
+def rebuild(func: types.FunctionType, owner: type, edits: Sequence[Edit]) -> types.FunctionType:
+    """Return a copy of ``func`` (a method of ``owner``) with ``edits`` applied.
+
+    Raises ValueError if an edit's old line is not there exactly once, or if
+    the function cannot be rebuilt faithfully (decorators, closures).
+    """
+    if set(func.__code__.co_freevars) - {"__class__"}:
+        raise ValueError(f"{func.__qualname__} closes over {func.__code__.co_freevars}; cannot rebuild it")
+    lines = source_of(func).splitlines(keepends=True)
+    for edit in edits:
+        hits = [i for i, line in enumerate(lines) if line.strip() == edit.old]
+        if len(hits) != 1:
+            raise ValueError(f"{func.__qualname__}: expected the line {edit.old!r} once, found it {len(hits)} times")
+        line = lines[hits[0]]
+        indent = line[: len(line) - len(line.lstrip())]
+        lines[hits[0]] = f"{indent}{edit.new}\n"
+    tree = ast.parse("".join(lines))
+    node = tree.body[0]
+    if not isinstance(node, ast.FunctionDef) or node.decorator_list:
+        raise ValueError(f"{func.__qualname__}: only undecorated plain functions can be rebuilt")
+    factory = ast.FunctionDef(
+        name="_factory",
+        args=ast.arguments(posonlyargs=[], args=[ast.arg(arg="__class__")], vararg=None, kwonlyargs=[],
+                           kw_defaults=[], kwarg=None, defaults=[]),
+        body=[node, ast.Return(value=ast.Name(id=node.name, ctx=ast.Load()))],
+        decorator_list=[],
+        returns=None,
+        type_comment=None,
+    )
+    module = ast.Module(body=[factory], type_ignores=[])
+    ast.fix_missing_locations(module)
+    ast.increment_lineno(module, func.__code__.co_firstlineno - 1)
+    namespace: dict = {}
+    exec(compile(module, func.__code__.co_filename, "exec"), func.__globals__, namespace)
+    new = namespace["_factory"](owner)
+    new.__qualname__ = func.__qualname__
+    new.__doc__ = func.__doc__
+    new.__dict__.update(func.__dict__)
+    return new

@@ -1,0 +1,146 @@
+"""Patch units: declared targets, a feature condition, apply() and revert().
+
+A :class:`FunctionPatch` edits methods of SGLang classes (see
+:mod:`.source_edit`). Before touching anything it *plans*: for each target
+it finds the function and classifies every edit against the function's
+source. The plan's verdict is
+
+* ``"apply"``: some edit is needed and every edit is either needed or fixed;
+* ``"not needed"``: every edit finds upstream already correct;
+* ``"refused"``: a target is missing or has an unknown shape; the reason
+  names the target and the SGLang release.
+
+:func:`apply_all` applies a list of patches all-or-nothing: if one raises,
+those applied by the same call are reverted. Applying an applied patch is a
+no-op; revert restores the original functions and removes injected names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from ..engine.probe import resolve_method
+from ..errors import EngineError
+from .source_edit import Edit, rebuild, source_of
+
+
+@dataclass(frozen=True)
+class Target:
+    """``module:Class.method``."""
+
+    module: str
+    qualname: str
+
+    def __str__(self) -> str:
+        return f"{self.module}:{self.qualname}"
+
+    def resolve(self) -> Optional[Tuple[type, str, Any]]:
+        """(owner class, attribute name, function), or None if absent."""
+        return resolve_method(self.module, self.qualname)
+
+
+@dataclass(frozen=True)
+class Plan:
+    verdict: str  # "apply" | "not needed" | "refused"
+    reason: str
+    steps: Tuple[Tuple[Target, Tuple[Edit, ...]], ...] = ()
+
+
+@dataclass
+class FunctionPatch:
+    """Edits to one or more SGLang methods, with the globals the new lines use.
+
+    ``alternatives`` lists, in order, where the function lives across
+    releases: the first present target is patched (e.g. the graph runner
+    moved files in 0.5.14).
+    """
+
+    name: str
+    summary: str
+    alternatives: Tuple[Target, ...]
+    edits: Tuple[Edit, ...]
+    injected: Dict[str, Callable] = field(default_factory=dict)
+    _originals: List[Tuple[type, str, Any, Dict[str, Any]]] = field(default_factory=list, repr=False)
+
+    @property
+    def applied(self) -> bool:
+        return bool(self._originals)
+
+    def plan(self, release: Optional[str]) -> Plan:
+        found = next(((t, r) for t in self.alternatives for r in [t.resolve()] if r is not None), None)
+        if found is None:
+            where = " or ".join(map(str, self.alternatives))
+            return Plan("refused", f"SGLang {release}: {where} not found")
+        target, (_, _, func) = found
+        source = source_of(func)
+        states = {edit: edit.classify(source) for edit in self.edits}
+        unknown = [e for e, s in states.items() if s == "unknown"]
+        if unknown:
+            return Plan("refused", f"SGLang {release}: {target} has an unknown shape (neither {unknown[0].old!r} nor the fixed form)")
+        needed = tuple(e for e, s in states.items() if s == "broken")
+        if not needed:
+            return Plan("not needed", f"{target}: upstream already {'; '.join(e.why for e in self.edits)}")
+        return Plan("apply", f"{target}: " + "; ".join(e.why for e in needed), ((target, needed),))
+
+    def apply(self, release: Optional[str]) -> Plan:
+        """Apply if the plan says so; return the plan. Raises EngineError if refused."""
+        plan = self.plan(release)
+        if self.applied or plan.verdict == "not needed":
+            return plan
+        if plan.verdict == "refused":
+            raise EngineError(f"patch {self.name}: {plan.reason}")
+        for target, edits in plan.steps:
+            owner, attr, func = target.resolve()
+            try:
+                new = rebuild(func, owner, edits)
+            except ValueError as exc:
+                raise EngineError(f"patch {self.name}: SGLang {release}: {exc}") from exc
+            saved = {k: func.__globals__[k] for k in self.injected if k in func.__globals__}
+            func.__globals__.update(self.injected)
+            setattr(owner, attr, new)
+            self._originals.append((owner, attr, func, saved))
+        return plan
+
+    def revert(self) -> None:
+        """Restore every function this patch replaced, and the module globals."""
+        while self._originals:
+            owner, attr, func, saved = self._originals.pop()
+            setattr(owner, attr, func)
+            for key in self.injected:
+                func.__globals__.pop(key, None)
+            func.__globals__.update(saved)
+
+
+def plan_all(patches: Sequence[FunctionPatch], release: Optional[str]) -> Dict[str, Plan]:
+    """Each patch's plan for the installed release; touches nothing."""
+    return {patch.name: patch.plan(release) for patch in patches}
+
+
+def apply_all(patches: Sequence[FunctionPatch], release: Optional[str]) -> Dict[str, Plan]:
+    """Apply every patch or none.
+
+    Refusals are found before anything is touched and reported together; a
+    failure while applying reverts the patches applied by this call.
+    """
+    plans = plan_all(patches, release)
+    refused = [f"patch {name}: {plan.reason}" for name, plan in plans.items() if plan.verdict == "refused"]
+    if refused:
+        raise EngineError("; ".join(refused))
+    done: List[FunctionPatch] = []
+    try:
+        for patch in patches:
+            if not patch.applied:
+                patch.apply(release)
+                if patch.applied:
+                    done.append(patch)
+    except BaseException:
+        revert_all(done)
+        raise
+    return plans
+
+
+def revert_all(patches: Sequence[FunctionPatch]) -> None:
+    """Revert in reverse order of application."""
+    for patch in reversed(list(patches)):
+        patch.revert()

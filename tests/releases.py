@@ -1,0 +1,135 @@
+"""Install SGLang releases side by side and run the SGLang tests on each.
+
+Each release goes, ``--no-deps``, into its own folder ``.sglang/<release>``
+beside the shared CPU torch environment, together with the transformers
+release it pins and any of that transformers' own requirements the shared
+environment does not satisfy (read from the wheels' metadata, not typed in).
+A test run puts one folder first on PYTHONPATH.
+
+    python tests/releases.py install 0.5.14 0.5.16     # or --ci / --all
+    python tests/releases.py test --ci [-- PYTEST ARGS]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import time
+import zipfile
+from importlib import metadata
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from packaging.requirements import Requirement
+
+ROOT = Path(__file__).resolve().parent.parent
+TARGETS = ROOT / ".sglang"
+WHEELS = TARGETS / "wheels"
+
+CI_RELEASES = ["0.5.12.post1", "0.5.13", "0.5.14", "0.5.16", "0.5.19", "0.5.21", "0.5.23"]
+"""The releases .ci/run tests (the default environment's 0.5.23 included)."""
+
+ALL_RELEASES = [
+    "0.5.12", "0.5.12.post1", "0.5.13", "0.5.13.post1", "0.5.14", "0.5.15", "0.5.15.post1",
+    "0.5.16", "0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23",
+]
+"""Every release in the supported range 0.5.12-0.5.23."""
+
+UNSUPPORTED_PROBE = "0.5.10.post1"
+"""A release before the range; the tests check that it is refused."""
+
+
+def pip(*args: str) -> None:
+    subprocess.run([sys.executable, "-m", "pip", "-q", "--disable-pip-version-check", *args], check=True)
+
+
+def wheel_requirements(name: str, version: str) -> List[Requirement]:
+    """The unconditional requirements in a published wheel's metadata."""
+    WHEELS.mkdir(parents=True, exist_ok=True)
+    pattern = re.compile(rf"^{name.replace('-', '_')}-{re.escape(version)}-.*\.whl$", re.I)
+    found = [p for p in WHEELS.iterdir() if pattern.match(p.name)]
+    if not found:
+        pip("download", "--no-deps", "--only-binary=:all:", "-d", str(WHEELS), f"{name}=={version}")
+        found = [p for p in WHEELS.iterdir() if pattern.match(p.name)]
+    with zipfile.ZipFile(found[0]) as wheel:
+        meta = next(n for n in wheel.namelist() if n.endswith(".dist-info/METADATA"))
+        lines = wheel.read(meta).decode().splitlines()
+    reqs = [Requirement(line.split(":", 1)[1].strip()) for line in lines if line.startswith("Requires-Dist:")]
+    return [r for r in reqs if r.marker is None or r.marker.evaluate({"extra": ""})]
+
+
+def _unsatisfied(reqs: List[Requirement]) -> List[str]:
+    out = []
+    for req in reqs:
+        try:
+            have = metadata.version(req.name)
+        except metadata.PackageNotFoundError:
+            continue  # not needed to import what the tests import
+        if req.specifier and not req.specifier.contains(have, prereleases=True):
+            out.append(str(req).split(";")[0])
+    return out
+
+
+def install(release: str) -> Path:
+    """Make ``.sglang/<release>`` (idempotent)."""
+    target = TARGETS / release
+    if (target / ".complete").exists():
+        return target
+    pins = [f"sglang=={release}"]
+    transformers = next((r for r in wheel_requirements("sglang", release) if r.name == "transformers"), None)
+    if transformers and str(transformers.specifier).startswith("=="):
+        version = str(transformers.specifier)[2:]
+        if metadata.version("transformers") != version:
+            pins.append(f"transformers=={version}")
+            pins += _unsatisfied(wheel_requirements("transformers", version))
+    started = time.time()
+    pip("install", "--no-deps", "--no-compile", "--target", str(target), *pins)
+    (target / ".complete").write_text(" ".join(pins) + "\n")
+    print(f"installed {' '.join(pins)} into {target} in {time.time() - started:.0f}s", flush=True)
+    return target
+
+
+def environ_for(release: str) -> Dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(install(release)), env.get("PYTHONPATH")]))
+    return env
+
+
+def test(releases: List[str], pytest_args: List[str]) -> int:
+    results = {}
+    for release in releases:
+        print(f"\n===== SGLang {release} =====", flush=True)
+        started = time.time()
+        cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "tests/on_sglang", *pytest_args]
+        results[release] = (subprocess.run(cmd, cwd=ROOT, env=environ_for(release)).returncode, time.time() - started)
+    print("\nrelease matrix:")
+    for release, (rc, took) in results.items():
+        print(f"  {release:<14} {'passed' if rc == 0 else 'FAILED'}  {took:.0f}s")
+    failed = sum(rc != 0 for rc, _ in results.values())
+    print(f"{len(results) - failed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("command", choices=["install", "test"])
+    parser.add_argument("releases", nargs="*")
+    parser.add_argument("--ci", action="store_true", help=f"the CI matrix: {' '.join(CI_RELEASES)}")
+    parser.add_argument("--all", action="store_true", help="every supported release 0.5.12-0.5.23")
+    args, rest = parser.parse_known_args(argv)
+    releases = args.releases or (ALL_RELEASES if args.all else CI_RELEASES if args.ci else [])
+    if not releases:
+        parser.error("name releases, or pass --ci or --all")
+    rest = [a for a in rest if a != "--"]
+    if args.command == "install":
+        for release in releases:
+            install(release)
+        return 0
+    return test(releases, rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
