@@ -113,6 +113,12 @@ def _doctor(args: argparse.Namespace) -> int:
 
     found = probe()
     problems = list(found.problems())
+    plans = {}
+    if not problems:
+        from .patches import PATCHES, plan_all
+
+        plans = plan_all(PATCHES, found.version)
+        problems += [f"patch {name}: {plan.reason}" for name, plan in plans.items() if plan.verdict == "refused"]
     try:
         plugin_set = discover(config_mod.load())
         described = _describe(plugin_set)
@@ -131,10 +137,13 @@ def _doctor(args: argparse.Namespace) -> int:
             "draft_verify_check": found.draft_check,
             "reserved_names": sorted(found.reserved_names),
             "methods_taken_from_enum": list(found.enum_only_methods),
+            "graph_runner": found.graph_runner,
+            "dummy_run": found.dummy_run,
         },
+        "patches": {name: {"verdict": _verdict(name, plan.verdict), "reason": plan.reason} for name, plan in plans.items()},
         "config": described["config"] if described else None,
         "plugins": described["plugins"] if described else [],
-        "would_register": would_register if not found.problems() else [],
+        "would_register": would_register if not problems else [],
         "problems": problems,
         "ok": not problems,
     }
@@ -149,6 +158,10 @@ def _doctor(args: argparse.Namespace) -> int:
             print(f"  width hook(s) the runners call:          {', '.join(s['width_hooks']) or 'none'}")
             print(f"  draft-worker verify check:               {'supports_target_verify_for_draft' if s['draft_verify_check'] else 'none'}")
             print(f"  enum methods plugin algorithms inherit:  {', '.join(s['methods_taken_from_enum']) or 'none'}")
+            print(f"  decode CUDA-graph runner:                {s['graph_runner'] or 'not found'}")
+            print(f"  dummy run:                               {s['dummy_run'] or 'not found'}")
+        for name, plan in data["patches"].items():
+            print(f"patch {name}: {plan['verdict']}: {plan['reason']}")
         print(f"config: {data['config']}")
         for plugin in data["plugins"]:
             print(f"plugin {plugin['name']} ({plugin['distribution']}=={plugin['version']})")
@@ -157,6 +170,16 @@ def _doctor(args: argparse.Namespace) -> int:
             print(f"problem: {problem}")
         print("ok" if not problems else f"{len(problems)} problem(s)")
     return 0 if not problems else 1
+
+
+def _verdict(name: str, planned: str) -> str:
+    """A plan's verdict as doctor says it: "applied" when this process already
+    applied the patch, "would apply" when the loader would."""
+    if planned != "apply":
+        return planned
+    from .patches import PATCHES
+
+    return "applied" if next(p for p in PATCHES if p.name == name).applied else "would apply"
 
 
 def _describe(plugin_set: PluginSet) -> Dict[str, Any]:

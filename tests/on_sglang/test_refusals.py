@@ -1,0 +1,44 @@
+"""A release shape the loader does not know is refused whole: nothing patched, nothing registered."""
+
+import pytest
+
+from sglang_spec_plugins import patches
+from sglang_spec_plugins.engine.probe import GRAPH_RUNNER_LOCATIONS, DUMMY_RUN_LOCATIONS, probe, resolve_method
+from sglang_spec_plugins.errors import StartupRefused
+from sglang_spec_plugins.patches.source_edit import Edit
+from sglang_spec_plugins.patches.unit import FunctionPatch, Target
+from test_loader import EXAMPLES, spec_algorithm
+
+
+def current_functions():
+    return [resolve_method(*where)[2] for where in GRAPH_RUNNER_LOCATIONS + DUMMY_RUN_LOCATIONS if resolve_method(*where)]
+
+
+def test_unknown_runner_shape_refuses_and_patches_nothing(sglang_loaded, monkeypatch):
+    future = FunctionPatch(
+        name="runners.future",
+        summary="a shape no release has",
+        alternatives=tuple(Target(*where) for where in GRAPH_RUNNER_LOCATIONS),
+        edits=(Edit(old="self.width = compute_width_somehow()", new="pass", fixed_markers=("never_there(",), why="-"),),
+    )
+    monkeypatch.setattr(patches, "PATCHES", patches.PATCHES + (future,))
+    before = current_functions()
+    with pytest.raises(StartupRefused, match=rf"patch runners.future: SGLang {probe().version}: .*__init__ has an unknown shape"):
+        sglang_loaded(EXAMPLES)
+    assert current_functions() == before
+    assert not any(p.applied for p in patches.PATCHES)
+    with pytest.raises(ValueError, match="Unknown speculative algorithm name"):
+        spec_algorithm().from_string("SBD")
+
+
+def test_missing_runner_refuses(sglang_loaded, monkeypatch):
+    gone = FunctionPatch(
+        name="runners.gone",
+        summary="a runner that moved",
+        alternatives=(Target("sglang.srt.model_executor.no_such_module", "Runner.__init__"),),
+        edits=(),
+    )
+    monkeypatch.setattr(patches, "PATCHES", (gone,) + patches.PATCHES)
+    with pytest.raises(StartupRefused, match=r"patch runners.gone: SGLang .*: sglang.srt.model_executor.no_such_module:Runner.__init__ not found"):
+        sglang_loaded(EXAMPLES)
+    assert not any(p.applied for p in patches.PATCHES)
