@@ -31,6 +31,12 @@ class VerifyPolicy:
     def __repr__(self) -> str:
         return f"VerifyPolicy({self.algorithm!r}, plugin={self.plugin!r})"
 
+    @property
+    def width_cache(self) -> Dict[Tuple[int, bool], int]:
+        """The validated widths so far, keyed by (num_draft_tokens, is_draft_worker).
+        Read-only for callers; only :meth:`width` adds to it."""
+        return self._widths
+
     def width(self, num_draft_tokens: int, is_draft_worker: bool) -> int:
         """Tokens per request in TARGET_VERIFY (cached after the first call).
 

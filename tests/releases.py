@@ -166,13 +166,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("releases", nargs="*")
     parser.add_argument("--ci", action="store_true", help=f"the CI matrix: {' '.join(CI_RELEASES)}")
     parser.add_argument("--all", action="store_true", help="every supported release 0.5.12-0.5.23")
-    args, rest = parser.parse_known_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    rest = argv[argv.index("--") + 1:] if "--" in argv else []
+    args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
     releases = args.releases or (ALL_RELEASES if args.all else CI_RELEASES if args.ci else [])
     if args.command == "table" and not args.releases:
         releases = UNSUPPORTED + releases
     if not releases:
         parser.error("name releases, or pass --ci or --all")
-    rest = [a for a in rest if a != "--"]
     if args.command == "install":
         for release in releases:
             install(release)

@@ -27,9 +27,13 @@ class _PolicyMethods:
     """Methods every plugin algorithm class gets; ``policy`` is set per class."""
 
     policy: VerifyPolicy
+    _widths: dict  # the policy's cache, read directly on the hot path
 
     def get_num_tokens_per_req_for_target_verify(self, num_draft_tokens: int, is_draft_worker: bool) -> int:
-        return self.policy.width(num_draft_tokens, is_draft_worker)
+        try:
+            return self._widths[(num_draft_tokens, is_draft_worker)]
+        except KeyError:
+            return self.policy.width(num_draft_tokens, is_draft_worker)
 
     # 0.5.13-0.5.15 call this name; 0.5.16-0.5.20 keep it as an alias.
     get_num_tokens_per_bs_for_target_verify = get_num_tokens_per_req_for_target_verify
@@ -70,4 +74,4 @@ def plugin_base_class(probe: EngineProbe) -> type:
 def spec_class_for(policy: VerifyPolicy, probe: EngineProbe) -> type:
     """The class to pass as ``spec_class`` when registering ``policy.algorithm``."""
     base = plugin_base_class(probe)
-    return type(f"PluginSpecAlgo_{policy.algorithm}", (base,), {"policy": policy})
+    return type(f"PluginSpecAlgo_{policy.algorithm}", (base,), {"policy": policy, "_widths": policy.width_cache})

@@ -12,8 +12,11 @@ import functools
 import importlib
 import importlib.util
 import inspect
+import re
+import textwrap
 from dataclasses import dataclass
 from importlib import metadata
+from pathlib import Path
 from typing import FrozenSet, Optional, Tuple
 
 WIDTH_HOOK_NAMES = (
@@ -103,14 +106,44 @@ def _older_than_supported(version: str) -> str:
 
 def resolve_method(module_name: str, qualname: str):
     """``(class, attribute, function)`` for ``module:Class.method`` defined on
-    that class itself, or None when the module, class or method is absent."""
-    if not _exists(module_name):
+    that class itself (imports the module), or None when it is absent."""
+    if method_source(module_name, qualname) is None:
         return None
     module = importlib.import_module(module_name)  # a broken import raises, it is not "absent"
     owner_name, _, attr = qualname.rpartition(".")
     owner = getattr(module, owner_name, None)
     func = vars(owner).get(attr) if isinstance(owner, type) else None
     return None if func is None else (owner, attr, func)
+
+
+@functools.lru_cache(maxsize=None)
+def method_source(module_name: str, qualname: str) -> Optional[str]:
+    """The source of ``module:Class.method`` read from the installed file,
+    without importing anything (SGLang's runner packages take seconds to
+    import, and most processes never need them); None when absent. Only
+    top-level classes and their directly defined methods are found."""
+    root = importlib.util.find_spec("sglang")
+    if root is None or not module_name.startswith("sglang."):
+        return None
+    parts = module_name.split(".")[1:]
+    for base in root.submodule_search_locations or ():
+        path = Path(base, *parts).with_suffix(".py")
+        if path.is_file():
+            break
+    else:
+        return None
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    owner_name, _, attr = qualname.rpartition(".")
+    owner_at = next((i for i, line in enumerate(lines) if re.match(rf"class {owner_name}\b", line)), None)
+    if owner_at is None:
+        return None
+    for i in range(owner_at + 1, len(lines)):
+        line = lines[i]
+        if line.strip() and not line[0].isspace() and not line.startswith(("#", ")")):
+            return None  # left the class body
+        if re.match(rf"\s+def {attr}\(", line):
+            return textwrap.dedent("".join(inspect.getblock(lines[i:])))
+    return None
 
 
 def _exists(module_name: str) -> bool:
@@ -125,7 +158,7 @@ def _exists(module_name: str) -> bool:
 
 def locate(locations) -> Optional[str]:
     """``module:Class.method`` of the first of ``locations`` present, or None."""
-    return next((f"{m}:{q}" for m, q in locations if resolve_method(m, q) is not None), None)
+    return next((f"{m}:{q}" for m, q in locations if method_source(m, q) is not None), None)
 
 
 def installed_version() -> Optional[str]:

@@ -1,9 +1,9 @@
 """Patch units: declared targets, a feature condition, apply() and revert().
 
 A :class:`FunctionPatch` edits methods of SGLang classes (see
-:mod:`.source_edit`). Before touching anything it *plans*: for each target
-it finds the function and classifies every edit against the function's
-source. The plan's verdict is
+:mod:`.source_edit`). Before touching anything it *plans*: it reads the
+target function's source from the installed file (importing nothing) and
+classifies every edit against it. The plan's verdict is
 
 * ``"apply"``: some edit is needed and every edit is either needed or fixed;
 * ``"not needed"``: every edit finds upstream already correct;
@@ -20,9 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from ..engine.probe import resolve_method
+from ..engine.probe import method_source, resolve_method
 from ..errors import EngineError
-from .source_edit import Edit, rebuild, source_of
+from .source_edit import Edit, rebuild
 
 
 @dataclass(frozen=True)
@@ -36,8 +36,12 @@ class Target:
         return f"{self.module}:{self.qualname}"
 
     def resolve(self) -> Optional[Tuple[type, str, Any]]:
-        """(owner class, attribute name, function), or None if absent."""
+        """(owner class, attribute name, function), importing the module; None if absent."""
         return resolve_method(self.module, self.qualname)
+
+    def source(self) -> Optional[str]:
+        """The method's source, read without importing; None if absent."""
+        return method_source(self.module, self.qualname)
 
 
 @dataclass(frozen=True)
@@ -68,12 +72,11 @@ class FunctionPatch:
         return bool(self._originals)
 
     def plan(self, release: Optional[str]) -> Plan:
-        found = next(((t, r) for t in self.alternatives for r in [t.resolve()] if r is not None), None)
+        found = next(((t, src) for t in self.alternatives for src in [t.source()] if src is not None), None)
         if found is None:
             where = " or ".join(map(str, self.alternatives))
             return Plan("refused", f"SGLang {release}: {where} not found")
-        target, (_, _, func) = found
-        source = source_of(func)
+        target, source = found
         states = {edit: edit.classify(source) for edit in self.edits}
         unknown = [e for e, s in states.items() if s == "unknown"]
         if unknown:
