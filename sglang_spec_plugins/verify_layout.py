@@ -1,0 +1,75 @@
+"""The TARGET_VERIFY batch layout, as pure arithmetic (no SGLang, no torch).
+
+A TARGET_VERIFY batch holds ``batch_size`` requests, each verifying the same
+number of tokens (the *width*), laid out back to back: request ``i``'s query
+tokens are rows ``i*width .. (i+1)*width - 1``, and its keys are its cached
+prefix followed by those ``width`` new tokens. Every attention-backend patch
+takes its metadata from here, so the arithmetic lives once.
+
+Functions that build index arrays take an ``arange(start, stop, step)``
+callable (default: Python's ``range``, giving lists); a backend passes
+``torch.arange`` bound to its dtype and device to get tensors.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional, Sequence
+
+
+class VerifyLayoutError(ValueError):
+    """A batch whose shape cannot be a uniform TARGET_VERIFY batch."""
+
+
+def width_of(num_tokens: int, batch_size: int, max_width: Optional[int] = None, *, where: str = "TARGET_VERIFY") -> int:
+    """The per-request width of a batch of ``num_tokens`` query tokens.
+
+    Raises VerifyLayoutError when the batch is empty, when the tokens do not
+    split evenly over the requests (the layout would silently mix requests),
+    or when the width is above ``max_width``. ``where`` names the caller in
+    the message (backend and phase).
+    """
+    if batch_size < 1:
+        raise VerifyLayoutError(f"{where}: batch_size must be >= 1, got {batch_size}")
+    width, rest = divmod(num_tokens, batch_size)
+    if rest:
+        raise VerifyLayoutError(
+            f"{where}: {num_tokens} query tokens do not split evenly over {batch_size} requests; "
+            "every request in a TARGET_VERIFY batch must verify the same number of tokens"
+        )
+    if width < 1:
+        raise VerifyLayoutError(f"{where}: {num_tokens} query tokens for {batch_size} requests is a width of 0")
+    if max_width is not None and width > max_width:
+        raise VerifyLayoutError(f"{where}: width {width} ({num_tokens} tokens / {batch_size} requests) is above the maximum {max_width}")
+    return width
+
+
+def qo_indptr(batch_size: int, width: int, arange: Callable = range):
+    """Query offsets ``[0, w, 2w, ..., batch_size*w]`` (``cu_seqlens_q`` / ``qo_indptr``)."""
+    return _as_list(arange(0, (batch_size + 1) * width, width), arange)
+
+
+def kv_lengths(prefix_lengths: Sequence[int], width: int) -> list:
+    """Key lengths per request: its cached prefix plus its ``width`` new tokens."""
+    return [int(p) + width for p in prefix_lengths]
+
+
+def kv_indptr(prefix_lengths: Sequence[int], width: int) -> list:
+    """Cumulative key offsets ``[0, k0, k0+k1, ...]`` for :func:`kv_lengths`."""
+    out = [0]
+    for length in kv_lengths(prefix_lengths, width):
+        out.append(out[-1] + length)
+    return out
+
+
+def max_seq_len_q(width: int) -> int:
+    """The longest query of the batch: every request has ``width`` queries."""
+    return width
+
+
+def max_seq_len_k(prefix_lengths: Sequence[int], width: int) -> int:
+    """The longest key sequence of the batch."""
+    return max(kv_lengths(prefix_lengths, width)) if len(prefix_lengths) else 0
+
+
+def _as_list(values, arange):
+    return list(values) if arange is range else values

@@ -1,0 +1,67 @@
+"""verify_layout: the layout arithmetic every backend patch uses, checked by properties."""
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sglang_spec_plugins.verify_layout import (
+    VerifyLayoutError,
+    kv_indptr,
+    kv_lengths,
+    max_seq_len_k,
+    max_seq_len_q,
+    qo_indptr,
+    width_of,
+)
+
+sizes = st.integers(min_value=1, max_value=64)
+
+
+@given(bs=sizes, width=sizes)
+def test_width_round_trips(bs, width):
+    assert width_of(bs * width, bs) == width
+    assert width_of(bs * width, bs, max_width=width) == width
+
+
+@given(bs=st.integers(min_value=2, max_value=64), width=sizes, extra=st.integers(min_value=1))
+def test_uneven_batches_are_refused(bs, width, extra):
+    extra = extra % bs or 1
+    with pytest.raises(VerifyLayoutError, match="do not split evenly over"):
+        width_of(bs * width + extra, bs, where="trtllm_mha eager")
+
+
+@given(bs=sizes, width=sizes)
+def test_width_above_the_maximum_is_refused(bs, width):
+    with pytest.raises(VerifyLayoutError, match=rf"width {width + 1} .* is above the maximum {width}"):
+        width_of(bs * (width + 1), bs, max_width=width)
+
+
+def test_degenerate_batches():
+    with pytest.raises(VerifyLayoutError, match="batch_size must be >= 1"):
+        width_of(4, 0)
+    with pytest.raises(VerifyLayoutError, match="is a width of 0"):
+        width_of(0, 3)
+
+
+@given(bs=sizes, width=sizes)
+def test_qo_indptr_slices_each_request(bs, width):
+    ptr = qo_indptr(bs, width)
+    assert len(ptr) == bs + 1 and ptr[0] == 0 and ptr[-1] == bs * width
+    assert all(b - a == width for a, b in zip(ptr, ptr[1:]))
+
+
+@given(prefix=st.lists(st.integers(min_value=0, max_value=4096), min_size=1, max_size=32), width=sizes)
+def test_kv_lengths_and_indptr(prefix, width):
+    lengths = kv_lengths(prefix, width)
+    ptr = kv_indptr(prefix, width)
+    assert [b - a for a, b in zip(ptr, ptr[1:])] == lengths
+    assert max_seq_len_k(prefix, width) == max(prefix) + width
+    assert max_seq_len_q(width) == width
+
+
+def test_qo_indptr_with_torch_arange():
+    torch = pytest.importorskip("torch")
+    from functools import partial
+
+    ptr = qo_indptr(3, 4, arange=partial(torch.arange, dtype=torch.int32))
+    assert ptr.dtype == torch.int32 and ptr.tolist() == [0, 4, 8, 12]
