@@ -1,7 +1,7 @@
 """Patch units: declared targets, a feature condition, apply() and revert().
 
-A :class:`FunctionPatch` edits methods of SGLang classes (see
-:mod:`.source_edit`). Before touching anything it *plans*: it reads the
+A :class:`FunctionPatch` edits lines of an SGLang method (see
+:mod:`.source_edit`); a :class:`WrapPatch` wraps one. Before touching anything it *plans*: it reads the
 target function's source from the installed file (importing nothing) and
 classifies every edit against it. The plan's verdict is
 
@@ -52,20 +52,20 @@ class Plan:
 
 
 @dataclass
-class FunctionPatch:
-    """Edits to one or more SGLang methods, with the globals the new lines use.
+class MethodPatch:
+    """Replaces one SGLang method; subclasses say when and with what.
 
-    ``alternatives`` lists, in order, where the function lives across
-    releases: the first present target is patched (e.g. the graph runner
-    moved files in 0.5.14).
+    ``alternatives`` lists, in order, where the method lives across releases:
+    the first present target is the one assessed and patched (e.g. the graph
+    runner moved files in 0.5.14). ``injected`` names are put into the
+    method's module globals while the patch is applied (the new code calls them).
     """
 
     name: str
     summary: str
     alternatives: Tuple[Target, ...]
-    edits: Tuple[Edit, ...]
-    injected: Dict[str, Callable] = field(default_factory=dict)
-    _originals: List[Tuple[type, str, Any, Dict[str, Any]]] = field(default_factory=list, repr=False)
+    injected: Dict[str, Callable] = field(default_factory=dict, kw_only=True)
+    _originals: List[Tuple[type, str, Any, Dict[str, Any]]] = field(default_factory=list, repr=False, kw_only=True)
 
     @property
     def applied(self) -> bool:
@@ -76,15 +76,15 @@ class FunctionPatch:
         if found is None:
             where = " or ".join(map(str, self.alternatives))
             return Plan("refused", f"SGLang {release}: {where} not found")
-        target, source = found
-        states = {edit: edit.classify(source) for edit in self.edits}
-        unknown = [e for e, s in states.items() if s == "unknown"]
-        if unknown:
-            return Plan("refused", f"SGLang {release}: {target} has an unknown shape (neither {unknown[0].old!r} nor the fixed form)")
-        needed = tuple(e for e, s in states.items() if s == "broken")
-        if not needed:
-            return Plan("not needed", f"{target}: upstream already {'; '.join(e.why for e in self.edits)}")
-        return Plan("apply", f"{target}: " + "; ".join(e.why for e in needed), ((target, needed),))
+        return self.assess(found[0], found[1], release)
+
+    def assess(self, target: Target, source: str, release: Optional[str]) -> Plan:
+        """The plan for ``target`` given its source text."""
+        raise NotImplementedError
+
+    def replacement(self, func: Any, owner: type, payload: Any) -> Any:
+        """The function to install instead of ``func`` (``payload`` from the plan)."""
+        raise NotImplementedError
 
     def apply(self, release: Optional[str]) -> Plan:
         """Apply if the plan says so; return the plan. Raises EngineError if refused."""
@@ -93,10 +93,10 @@ class FunctionPatch:
             return plan
         if plan.verdict == "refused":
             raise EngineError(f"patch {self.name}: {plan.reason}")
-        for target, edits in plan.steps:
+        for target, payload in plan.steps:
             owner, attr, func = target.resolve()
             try:
-                new = rebuild(func, owner, edits)
+                new = self.replacement(func, owner, payload)
             except ValueError as exc:
                 raise EngineError(f"patch {self.name}: SGLang {release}: {exc}") from exc
             saved = {k: func.__globals__[k] for k in self.injected if k in func.__globals__}
@@ -115,12 +115,53 @@ class FunctionPatch:
             func.__globals__.update(saved)
 
 
-def plan_all(patches: Sequence[FunctionPatch], release: Optional[str]) -> Dict[str, Plan]:
+@dataclass
+class FunctionPatch(MethodPatch):
+    """Line edits to one SGLang method (see :mod:`.source_edit`)."""
+
+    edits: Tuple[Edit, ...] = ()
+
+    def assess(self, target: Target, source: str, release: Optional[str]) -> Plan:
+        states = {edit: edit.classify(source) for edit in self.edits}
+        unknown = [e for e, s in states.items() if s == "unknown"]
+        if unknown:
+            return Plan("refused", f"SGLang {release}: {target} has an unknown shape (neither {unknown[0].old!r} nor the fixed form)")
+        needed = tuple(e for e, s in states.items() if s == "broken")
+        if not needed:
+            return Plan("not needed", f"{target}: upstream already {'; '.join(e.why for e in self.edits)}")
+        return Plan("apply", f"{target}: " + "; ".join(e.why for e in needed), ((target, needed),))
+
+    def replacement(self, func: Any, owner: type, payload: Any) -> Any:
+        return rebuild(func, owner, payload)
+
+
+@dataclass
+class WrapPatch(MethodPatch):
+    """Wraps one SGLang method, e.g. to check a configuration at start-up.
+
+    ``condition(source) -> (verdict, reason)`` decides from the method's source
+    ("apply", "not needed" or "refused"); ``wrapper(original) -> function``
+    builds the replacement (use functools.wraps).
+    """
+
+    condition: Callable[[str], Tuple[str, str]] = None
+    wrapper: Callable[[Any], Any] = None
+
+    def assess(self, target: Target, source: str, release: Optional[str]) -> Plan:
+        verdict, reason = self.condition(source)
+        where = f"SGLang {release}: {target}" if verdict == "refused" else str(target)
+        return Plan(verdict, f"{where}: {reason}", ((target, None),) if verdict == "apply" else ())
+
+    def replacement(self, func: Any, owner: type, payload: Any) -> Any:
+        return self.wrapper(func)
+
+
+def plan_all(patches: Sequence[MethodPatch], release: Optional[str]) -> Dict[str, Plan]:
     """Each patch's plan for the installed release; touches nothing."""
     return {patch.name: patch.plan(release) for patch in patches}
 
 
-def apply_all(patches: Sequence[FunctionPatch], release: Optional[str]) -> Dict[str, Plan]:
+def apply_all(patches: Sequence[MethodPatch], release: Optional[str]) -> Dict[str, Plan]:
     """Apply every patch or none.
 
     Refusals are found before anything is touched and reported together; a
@@ -130,7 +171,7 @@ def apply_all(patches: Sequence[FunctionPatch], release: Optional[str]) -> Dict[
     refused = [f"patch {name}: {plan.reason}" for name, plan in plans.items() if plan.verdict == "refused"]
     if refused:
         raise EngineError("; ".join(refused))
-    done: List[FunctionPatch] = []
+    done: List[MethodPatch] = []
     try:
         for patch in patches:
             if not patch.applied:
@@ -143,7 +184,7 @@ def apply_all(patches: Sequence[FunctionPatch], release: Optional[str]) -> Dict[
     return plans
 
 
-def revert_all(patches: Sequence[FunctionPatch]) -> None:
+def revert_all(patches: Sequence[MethodPatch]) -> None:
     """Revert in reverse order of application."""
     for patch in reversed(list(patches)):
         patch.revert()
