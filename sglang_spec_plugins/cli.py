@@ -114,10 +114,13 @@ def _doctor(args: argparse.Namespace) -> int:
     found = probe()
     problems = list(found.problems())
     plans = {}
+    backends = {}
     if not problems:
         from .patches import PATCHES, plan_all
+        from .patches.backend_support import backend_support
 
         plans = plan_all(PATCHES, found.version)
+        backends = backend_support(found)
         problems += [f"patch {name}: {plan.reason}" for name, plan in plans.items() if plan.verdict == "refused"]
     try:
         plugin_set = discover(config_mod.load())
@@ -141,6 +144,7 @@ def _doctor(args: argparse.Namespace) -> int:
             "dummy_run": found.dummy_run,
         },
         "patches": {name: {"verdict": _verdict(name, plan.verdict), "reason": plan.reason} for name, plan in plans.items()},
+        "attention_backends": backends,
         "config": described["config"] if described else None,
         "plugins": described["plugins"] if described else [],
         "would_register": would_register if not problems else [],
@@ -162,6 +166,8 @@ def _doctor(args: argparse.Namespace) -> int:
             print(f"  dummy run:                               {s['dummy_run'] or 'not found'}")
         for name, plan in data["patches"].items():
             print(f"patch {name}: {plan['verdict']}: {plan['reason']}")
+        for name, support in backends.items():
+            print(f"plugin algorithms on {name.split('.', 1)[1]}: {support}")
         print(f"config: {data['config']}")
         for plugin in data["plugins"]:
             print(f"plugin {plugin['name']} ({plugin['distribution']}=={plugin['version']})")

@@ -22,6 +22,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..engine.probe import method_source, resolve_method
 from ..errors import EngineError
+from . import on_import
 from .source_edit import Edit, rebuild
 
 
@@ -66,10 +67,12 @@ class MethodPatch:
     alternatives: Tuple[Target, ...]
     injected: Dict[str, Callable] = field(default_factory=dict, kw_only=True)
     _originals: List[Tuple[type, str, Any, Dict[str, Any]]] = field(default_factory=list, repr=False, kw_only=True)
+    _waiting: List[Tuple[str, Callable]] = field(default_factory=list, repr=False, kw_only=True)
 
     @property
     def applied(self) -> bool:
-        return bool(self._originals)
+        """Replaced now, or waiting for its module's first import to replace it."""
+        return bool(self._originals or self._waiting)
 
     def plan(self, release: Optional[str]) -> Plan:
         found = next(((t, src) for t in self.alternatives for src in [t.source()] if src is not None), None)
@@ -87,26 +90,39 @@ class MethodPatch:
         raise NotImplementedError
 
     def apply(self, release: Optional[str]) -> Plan:
-        """Apply if the plan says so; return the plan. Raises EngineError if refused."""
+        """Apply if the plan says so; return the plan. Raises EngineError if refused.
+
+        A target whose module is not imported yet is patched right after its
+        first import (see :mod:`.on_import`), so applying imports nothing.
+        """
         plan = self.plan(release)
         if self.applied or plan.verdict == "not needed":
             return plan
         if plan.verdict == "refused":
             raise EngineError(f"patch {self.name}: {plan.reason}")
         for target, payload in plan.steps:
-            owner, attr, func = target.resolve()
-            try:
-                new = self.replacement(func, owner, payload)
-            except ValueError as exc:
-                raise EngineError(f"patch {self.name}: SGLang {release}: {exc}") from exc
-            saved = {k: func.__globals__[k] for k in self.injected if k in func.__globals__}
-            func.__globals__.update(self.injected)
-            setattr(owner, attr, new)
-            self._originals.append((owner, attr, func, saved))
+            def install(module, target=target, payload=payload):
+                owner, attr, func = target.resolve()
+                try:
+                    new = self.replacement(func, owner, payload)
+                except ValueError as exc:
+                    raise EngineError(f"patch {self.name}: SGLang {release}: {exc}") from exc
+                saved = {k: func.__globals__[k] for k in self.injected if k in func.__globals__}
+                func.__globals__.update(self.injected)
+                setattr(owner, attr, new)
+                self._originals.append((owner, attr, func, saved))
+                self._waiting.remove((target.module, install))
+
+            self._waiting.append((target.module, install))
+            on_import.after_import(target.module, install)
         return plan
 
     def revert(self) -> None:
-        """Restore every function this patch replaced, and the module globals."""
+        """Restore every function this patch replaced, and the module globals;
+        forget replacements still waiting for an import."""
+        while self._waiting:
+            module_name, install = self._waiting.pop()
+            on_import.cancel(module_name, install)
         while self._originals:
             owner, attr, func, saved = self._originals.pop()
             setattr(owner, attr, func)

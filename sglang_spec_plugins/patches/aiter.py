@@ -1,0 +1,223 @@
+"""The AMD aiter attention backend (``AiterAttnBackend``): TARGET_VERIFY width.
+
+Non-MLA: the backend must lay a TARGET_VERIFY batch out at the batch's real
+width, ``verify_layout.width_of(num_tokens, batch_size)``. Releases that
+instead take ``spec_info.draft_token_num`` (eager, up to 0.5.16 and 0.5.19) or
+``speculative_num_draft_tokens`` (graph, up to 0.5.16; one ``seqused_k``, up to
+0.5.16 and 0.5.19) are patched; the wrappers run the release's own code with
+the width in place of the number it read, so every index array it builds
+(``qo_indptr``, page table, ``max_q_len``) follows the width.
+
+MLA: the AITER MLA kernels take a fixed draft length (ndt) on every release,
+so a plugin algorithm whose width differs from ndt is refused when the backend
+is built, never computed silently wrong.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+
+from ..engine.algorithm import _PolicyMethods
+from ..errors import EngineError
+from ..verify_layout import width_of
+from .source_edit import Edit
+from .unit import FunctionPatch, Target, WrapPatch
+
+_MODULE = "sglang.srt.layers.attention.aiter_backend"
+_WHERE = "aiter TARGET_VERIFY"
+
+
+def _verify_width(backend, forward_batch):
+    """The batch's width for a non-MLA TARGET_VERIFY batch, else None."""
+    if backend.use_mla or not forward_batch.forward_mode.is_target_verify():
+        return None
+    return width_of(forward_batch.input_ids.shape[0], forward_batch.batch_size, where=_WHERE)
+
+
+# -- eager: init_forward_metadata reads spec_info.draft_token_num -------------
+
+def _eager_condition(source):
+    if "input_ids.shape[0] // bs" in source:
+        return "not needed", "derives the non-MLA verify width from input_ids"
+    # one read on the MLA branch (fixed ndt, see MLA_REFUSAL), one on the non-MLA branch
+    if source.count("draft_num = spec_info.draft_token_num") == 2:
+        return "apply", "non-MLA TARGET_VERIFY takes its width from the batch, not spec_info.draft_token_num"
+    return "refused", "unknown TARGET_VERIFY shape (no spec_info.draft_token_num read on both branches, no derived width)"
+
+
+def _eager_wrapper(original):
+    @functools.wraps(original)
+    def init_forward_metadata(self, forward_batch):
+        width = _verify_width(self, forward_batch)
+        spec_info = forward_batch.spec_info
+        if width is None or getattr(spec_info, "draft_token_num", None) == width:
+            return original(self, forward_batch)
+        # the release reads draft_token_num only; hand it a copy carrying the width
+        forward_batch.spec_info = copy.copy(spec_info)
+        forward_batch.spec_info.draft_token_num = width
+        try:
+            return original(self, forward_batch)
+        finally:
+            forward_batch.spec_info = spec_info
+
+    return init_forward_metadata
+
+
+EAGER_WIDTH = WrapPatch(
+    name="aiter.eager_width",
+    summary="aiter non-MLA TARGET_VERIFY metadata (eager) at the batch's width",
+    alternatives=(Target(_MODULE, "AiterAttnBackend.init_forward_metadata"),),
+    condition=_eager_condition,
+    wrapper=_eager_wrapper,
+)
+
+
+# -- graph: capture/replay metadata uses self.num_draft_tokens ---------------
+
+def _graph_condition(source):
+    if "verify_tokens_per_req" in source:
+        return "not needed", "passes the batch's verify_tokens_per_req to the graph metadata"
+    if "def init_forward_metadata_capture_cuda_graph" in source:
+        return "not needed", "0.5.12.x graph capture is aiter.graph_width_capture's target"
+    if "self._apply_cuda_graph_metadata(" in source:
+        return "apply", "non-MLA TARGET_VERIFY graph metadata uses the batch's width, not speculative_num_draft_tokens"
+    return "refused", "unknown graph-metadata shape (neither _apply_cuda_graph_metadata nor verify_tokens_per_req)"
+
+
+def _run_at_width(self, width, call):
+    """``call()`` with ``self.num_draft_tokens`` (what the graph code reads as the width) set to ``width``."""
+    if width is None:
+        return call()
+    ndt, self.num_draft_tokens = self.num_draft_tokens, width
+    try:
+        return call()
+    finally:
+        self.num_draft_tokens = ndt
+
+
+def _graph_wrapper(original):
+    @functools.wraps(original)
+    def init_forward_metadata_out_graph(self, forward_batch, *args, **kwargs):
+        width = _verify_width(self, forward_batch)
+        return _run_at_width(self, width, lambda: original(self, forward_batch, *args, **kwargs))
+
+    return init_forward_metadata_out_graph
+
+
+GRAPH_WIDTH = WrapPatch(
+    name="aiter.graph_width",
+    summary="aiter non-MLA TARGET_VERIFY metadata (graph capture/replay, 0.5.13+) at the batch's width",
+    alternatives=(Target(_MODULE, "AiterAttnBackend.init_forward_metadata_out_graph"),
+                  Target(_MODULE, "AiterAttnBackend.init_forward_metadata_capture_cuda_graph")),  # 0.5.12.x
+    condition=_graph_condition,
+    wrapper=_graph_wrapper,
+)
+
+# 0.5.12.x: separate capture(bs, num_tokens, ...) and replay(bs, ...); replay
+# has no token count, so it reuses the width its graph (same bs) was captured at.
+_CAPTURED = "_sglang_spec_plugins_graph_widths"
+
+
+def _legacy_condition(source):
+    if "def init_forward_metadata_out_graph" in source:
+        return "not needed", "0.5.13+ graph metadata is aiter.graph_width's target"
+    if "max_q_len = self.num_draft_tokens" in source:
+        return "apply", "non-MLA TARGET_VERIFY graph metadata uses the captured width, not speculative_num_draft_tokens"
+    return "refused", "unknown graph-metadata shape (no max_q_len = self.num_draft_tokens)"
+
+
+def _capture_wrapper(original):
+    @functools.wraps(original)
+    def init_forward_metadata_capture_cuda_graph(self, bs, num_tokens, req_pool_indices, seq_lens, encoder_lens, forward_mode, spec_info):
+        width = None
+        if forward_mode.is_target_verify() and not self.use_mla:
+            width = width_of(num_tokens, bs, where=f"{_WHERE} graph capture")
+            vars(self).setdefault(_CAPTURED, {})[bs] = width
+        return _run_at_width(self, width, lambda: original(
+            self, bs, num_tokens, req_pool_indices, seq_lens, encoder_lens, forward_mode, spec_info))
+
+    return init_forward_metadata_capture_cuda_graph
+
+
+def _replay_wrapper(original):
+    @functools.wraps(original)
+    def init_forward_metadata_replay_cuda_graph(self, bs, req_pool_indices, seq_lens, seq_lens_sum, encoder_lens, forward_mode, *args, **kwargs):
+        width = vars(self).get(_CAPTURED, {}).get(bs) if forward_mode.is_target_verify() else None
+        return _run_at_width(self, width, lambda: original(
+            self, bs, req_pool_indices, seq_lens, seq_lens_sum, encoder_lens, forward_mode, *args, **kwargs))
+
+    return init_forward_metadata_replay_cuda_graph
+
+
+def _legacy_patch(method, wrapper):
+    return WrapPatch(
+        name=f"aiter.graph_width_{method}",
+        summary=f"aiter non-MLA TARGET_VERIFY graph {method} (0.5.12.x) at the captured width",
+        alternatives=(Target(_MODULE, f"AiterAttnBackend.init_forward_metadata_{method}_cuda_graph"),
+                      Target(_MODULE, "AiterAttnBackend.init_forward_metadata_out_graph")),  # 0.5.13+
+        condition=_legacy_condition,
+        wrapper=wrapper,
+    )
+
+
+GRAPH_CAPTURE_0512 = _legacy_patch("capture", _capture_wrapper)
+GRAPH_REPLAY_0512 = _legacy_patch("replay", _replay_wrapper)
+
+
+# -- forward_extend: the unified verify kernel's key lengths -----------------
+
+SEQUSED_K = FunctionPatch(
+    name="aiter.seqused_k",
+    summary="aiter unified TARGET_VERIFY: key lengths follow max_q_len",
+    alternatives=(Target(_MODULE, "AiterAttnBackend.forward_extend"),),
+    edits=(
+        Edit(
+            old="seqused_k=forward_batch.seq_lens + self.num_draft_tokens,",
+            new="seqused_k=forward_batch.seq_lens + self.forward_metadata.max_q_len,",
+            fixed_markers=("forward_batch.seq_lens + self.forward_metadata.max_q_len",),
+            why="adds the verify width (max_q_len) to the prefix lengths for seqused_k",
+        ),
+    ),
+)
+
+
+# -- MLA: refuse a plugin width other than ndt --------------------------------
+
+def _mla_condition(source):
+    if "self.use_mla" in source and "num_draft_tokens" in source:
+        return "apply", "refuses a plugin verify width other than speculative_num_draft_tokens on MLA"
+    return "refused", "unknown constructor shape (no use_mla / num_draft_tokens)"
+
+
+def _mla_wrapper(original):
+    @functools.wraps(original)
+    def __init__(self, model_runner, *args, **kwargs):
+        original(self, model_runner, *args, **kwargs)
+        algorithm = getattr(model_runner, "spec_algorithm", None)
+        if not (self.use_mla and isinstance(algorithm, _PolicyMethods) and self.num_draft_tokens):
+            return
+        policy, is_draft_worker = algorithm.policy, bool(getattr(model_runner, "is_draft_worker", False))
+        if is_draft_worker and not policy.draft_may_verify():
+            return  # this worker never runs TARGET_VERIFY
+        width = policy.width(self.num_draft_tokens, is_draft_worker)
+        if width != self.num_draft_tokens:
+            raise EngineError(
+                f"speculative algorithm {algorithm.name} verifies {width} tokens per request, but the aiter "
+                f"attention backend (AiterAttnBackend) on an MLA model supports only the fixed draft length "
+                f"speculative_num_draft_tokens={self.num_draft_tokens}; use a width equal to "
+                f"speculative_num_draft_tokens or another attention backend"
+            )
+
+    return __init__
+
+
+MLA_REFUSAL = WrapPatch(
+    name="aiter.mla_refusal",
+    summary="aiter MLA: refuse at start-up a plugin width other than speculative_num_draft_tokens",
+    alternatives=(Target(_MODULE, "AiterAttnBackend.__init__"),),
+    condition=_mla_condition,
+    wrapper=_mla_wrapper,
+)
+
+PATCHES = (EAGER_WIDTH, GRAPH_WIDTH, GRAPH_CAPTURE_0512, GRAPH_REPLAY_0512, SEQUSED_K, MLA_REFUSAL)

@@ -1,0 +1,147 @@
+"""The FA3 and triton attention backends: refuse a plugin width they would ignore.
+
+Each backend stores its TARGET_VERIFY tokens per request in ``__init__`` and
+lays out every verify batch (``qo_indptr``, ``max_seq_len_q``, masks, graph
+buffers) from it. Read off each release's ``__init__``:
+
+* FA3 (``FlashAttentionBackend``): ``speculative_num_draft_tokens`` = ndt up to
+  0.5.15; from 0.5.16 the draft worker's is replaced by the width hook, the
+  target worker's stays ndt (0.5.16-0.5.23).
+* triton (``TritonAttnBackend``): ``num_draft_tokens`` = ndt up to 0.5.20
+  (0.5.17-0.5.20 prefer ``spec_info.draft_token_num``, but the CUDA-graph
+  runner captures a plugin algorithm with no spec_info, so ndt); from 0.5.21
+  ``target_verify_num_tokens_per_req = model_runner.decode_num_tokens_per_req()``,
+  the hook for both workers: not needed.
+
+Storing the width instead would be a one-line edit, but not a safe one: the
+same attribute sizes the CUDA-graph buffers and verify mask and lays out
+EAGLE's draft extend. So where the width would be ignored the backend's
+``__init__`` is wrapped to refuse, at start-up, a plugin algorithm whose width
+at the configured ndt differs from ndt on a worker that verifies.
+Built-in algorithms, and plugin widths equal to ndt, construct as before.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Dict, FrozenSet, Optional
+
+from ..engine.algorithm import _PolicyMethods
+from ..engine.probe import EngineProbe, installed_version
+from ..errors import EngineError
+from .source_edit import source_of
+from .unit import Target, WrapPatch
+
+_TARGET, _DRAFT = False, True  # is_draft_worker of the worker whose width a backend ignores
+_WHO = {_TARGET: "target", _DRAFT: "draft"}
+
+
+def _workers(ignores: FrozenSet[bool]) -> str:
+    return " and ".join(_WHO[w] for w in sorted(ignores)) + (" workers" if len(ignores) > 1 else " worker")
+
+
+def _flat(source: str) -> str:
+    return re.sub(r"\s+", "", source)
+
+
+def _fa3_ignores(source: str) -> Optional[FrozenSet[bool]]:
+    """Workers whose width FlashAttentionBackend.__init__ ignores; None: unknown shape."""
+    s = _flat(source)
+    if "decode_num_tokens_per_req(" in s or "is_draft_worker=model_runner.is_draft_worker" in s:
+        return frozenset()  # the hook for every worker
+    stores_ndt = re.search(r"self\.speculative_num_draft_tokens=\(?(model_runner\.server_args|get_spec\(\))\.speculative_num_draft_tokens\)?", s)
+    if not stores_ndt:
+        return None
+    if "andmodel_runner.is_draft_worker" in s and "is_draft_worker=True" in s:  # 0.5.16+: hook for the draft worker only
+        return frozenset({_TARGET})
+    return frozenset({_TARGET, _DRAFT})
+
+
+def _triton_ignores(source: str) -> Optional[FrozenSet[bool]]:
+    """Workers whose width TritonAttnBackend.__init__ ignores; None: unknown shape."""
+    s = _flat(source)
+    if "self.target_verify_num_tokens_per_req=model_runner.decode_num_tokens_per_req()" in s:
+        return frozenset()  # 0.5.21+: the hook, with the runner's is_draft_worker
+    if re.search(r"self\.num_draft_tokens=(model_runner\.server_args|get_spec\(\))\.speculative_num_draft_tokens", s):
+        return frozenset({_TARGET, _DRAFT})
+    return None
+
+
+def _ndt(model_runner) -> int:
+    """ndt where the backends read it: the runtime context (0.5.17+), else the runner's server args."""
+    try:
+        from sglang.srt.runtime_context import get_spec
+    except ImportError:
+        return model_runner.server_args.speculative_num_draft_tokens
+    return get_spec().speculative_num_draft_tokens
+
+
+def _check(backend: str, model_runner, ignores: FrozenSet[bool]) -> None:
+    """Raise EngineError if this runner's plugin width would be ignored by ``backend``."""
+    algo = model_runner.spec_algorithm
+    is_draft = bool(model_runner.is_draft_worker)
+    if not isinstance(algo, _PolicyMethods) or is_draft not in ignores:
+        return
+    if is_draft and not algo.policy.draft_may_verify():
+        return  # this draft worker never runs TARGET_VERIFY
+    ndt = _ndt(model_runner)
+    width = algo.policy.width(ndt, is_draft)
+    if width != ndt:
+        raise EngineError(
+            f"algorithm {algo.policy.algorithm} (plugin {algo.policy.plugin!r}) verifies {width} tokens per request on the "
+            f"{_WHO[is_draft]} worker at speculative_num_draft_tokens={ndt}, but SGLang {installed_version()}'s {backend} "
+            f"attention backend lays TARGET_VERIFY out at speculative_num_draft_tokens; choose another "
+            f"--attention-backend or a width equal to speculative_num_draft_tokens"
+        )
+
+
+def _guard(backend: str, shape):
+    """Condition and wrapper of a WrapPatch refusing what ``shape(source)`` says is ignored."""
+
+    def condition(source: str):
+        ignores = shape(source)
+        if ignores is None:
+            return "refused", f"unknown {backend} __init__ shape (no TARGET_VERIFY width stored from ndt or the hook)"
+        if not ignores:
+            return "not needed", f"upstream {backend} takes the TARGET_VERIFY width from the algorithm for target and draft workers"
+        return "apply", f"{backend} lays TARGET_VERIFY out at ndt on the {_workers(ignores)}: refuse plugin widths != ndt there"
+
+    def wrapper(original):
+        ignores = shape(source_of(original))
+
+        @functools.wraps(original)
+        def __init__(self, model_runner, *args, **kwargs):
+            _check(backend, model_runner, ignores)
+            original(self, model_runner, *args, **kwargs)
+
+        return __init__
+
+    return condition, wrapper
+
+
+def _patch(name: str, backend: str, module: str, qualname: str, shape) -> WrapPatch:
+    condition, wrapper = _guard(backend, shape)
+    return WrapPatch(name=name, summary=f"{backend} attention backend: refuse plugin widths it would ignore",
+                        alternatives=(Target(module, qualname),), condition=condition, wrapper=wrapper)
+
+
+FA3 = _patch("backends.fa3", "FA3/FA4 (FlashAttentionBackend)", "sglang.srt.layers.attention.flashattention_backend",
+             "FlashAttentionBackend.__init__", _fa3_ignores)
+TRITON = _patch("backends.triton", "triton (TritonAttnBackend)", "sglang.srt.layers.attention.triton_backend",
+                "TritonAttnBackend.__init__", _triton_ignores)
+
+PATCHES = (FA3, TRITON)
+
+
+def backend_support(release_probe: EngineProbe) -> Dict[str, str]:
+    """Per patch, what plugin algorithms get from that backend on the probed release (for ``doctor``)."""
+    out = {}
+    for patch, shape in ((FA3, _fa3_ignores), (TRITON, _triton_ignores)):
+        source = patch.alternatives[0].source()
+        ignores = None if source is None else shape(source)
+        if ignores is None:
+            out[patch.name] = f"refused: {patch.plan(release_probe.version).reason}"
+        else:
+            out[patch.name] = f"refused for widths != ndt on the {_workers(ignores)}" if ignores else "supported"
+    return out

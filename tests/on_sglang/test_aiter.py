@@ -1,0 +1,229 @@
+"""The aiter attention backend (AiterAttnBackend) at a plugin's verify width, on the real source.
+
+Every test builds the installed release's own AiterAttnBackend (aiter absent,
+see aiter_harness), drives its own metadata functions and its own
+forward_extend, and compares the attention with attention computed from the
+batch definition. Patches are applied directly (unit.apply_all) and reverted.
+"""
+
+import aiter_harness  # first: sets TRITON_INTERPRET before triton is imported
+import pytest
+import torch
+
+from sglang_spec_plugins.engine.probe import probe
+from sglang_spec_plugins.errors import EngineError
+from sglang_spec_plugins.patches import aiter as aiter_patches
+from sglang_spec_plugins.patches.unit import apply_all, plan_all, revert_all
+from sglang_spec_plugins.verify_layout import VerifyLayoutError
+
+RELEASE = probe().version
+NDT = 4
+MAX_BS = 6
+MODES = ("eager", "capture", "replay")
+PLANS = {name: plan.verdict for name, plan in plan_all(aiter_patches.PATCHES, RELEASE).items()}
+
+# What each patch fixes, by metadata path (evidence: upstream is wrong there iff one applies).
+FIXES = {
+    "aiter.eager_width": {"eager"},
+    "aiter.graph_width": {"capture", "replay"},
+    "aiter.graph_width_capture": {"capture", "replay"},
+    "aiter.graph_width_replay": {"replay"},
+    "aiter.seqused_k": set(MODES),
+}
+
+# The verdicts read off each release's source (shared/sglang-compat.md); other releases: any non-refused plan.
+A, N = "apply", "not needed"
+EXPECTED = {
+    "0.5.12.post1": dict(eager_width=A, graph_width=N, graph_width_capture=A, graph_width_replay=A, seqused_k=A),
+    "0.5.13": dict(eager_width=A, graph_width=A, graph_width_capture=N, graph_width_replay=N, seqused_k=A),
+    "0.5.14": dict(eager_width=A, graph_width=A, graph_width_capture=N, graph_width_replay=N, seqused_k=A),
+    "0.5.16": dict(eager_width=A, graph_width=A, graph_width_capture=N, graph_width_replay=N, seqused_k=A),
+    "0.5.17": dict(eager_width=N, graph_width=N, graph_width_capture=N, graph_width_replay=N, seqused_k=N),
+    "0.5.19": dict(eager_width=A, graph_width=N, graph_width_capture=N, graph_width_replay=N, seqused_k=A),
+    "0.5.21": dict(eager_width=N, graph_width=N, graph_width_capture=N, graph_width_replay=N, seqused_k=N),
+    "0.5.23": dict(eager_width=N, graph_width=N, graph_width_capture=N, graph_width_replay=N, seqused_k=N),
+}
+
+
+@pytest.fixture
+def make(monkeypatch):
+    """``make(**kw)`` -> an aiter_harness.Harness; its published config is undone after the test."""
+    made = []
+
+    def build(**kw):
+        made.append(aiter_harness.Harness(monkeypatch, **{"ndt": NDT, **kw}))
+        return made[-1]
+
+    yield build
+    for harness in made:
+        harness.close()
+
+
+@pytest.fixture
+def patched():
+    yield apply_all(aiter_patches.PATCHES, RELEASE)
+    revert_all(aiter_patches.PATCHES)
+
+
+def run(harness, mode, batch):
+    """Attention of ``batch`` through the backend's ``mode`` metadata path."""
+    backend = harness.backend()
+    if mode == "eager":
+        fb = batch.forward_batch(harness)
+        harness.eager(backend, fb)
+        return harness.attend(backend, batch, fb), backend.forward_metadata
+    harness.init_graphs(backend, MAX_BS)
+    if mode == "capture":
+        fb = batch.forward_batch(harness)
+        harness.capture(backend, fb)
+        return harness.attend(backend, batch, fb), backend.forward_metadata
+    # capture on dummy seq_lens in a static buffer, replay the batch's into it, then run
+    # what the graph recorded: the capture-time metadata object and forward batch
+    static = torch.full((batch.bs,), backend.get_cuda_graph_seq_len_fill_value(), dtype=torch.int32)
+    fb = batch.forward_batch(harness, seq_lens=static)
+    harness.capture(backend, fb)
+    captured = backend.forward_metadata
+    static.copy_(batch.seq_lens)
+    fb.seq_lens_cpu, fb.seq_lens_sum = static.clone(), int(static.sum())
+    harness.replay(backend, fb)
+    backend.forward_metadata = captured
+    return harness.attend(backend, batch, fb), captured
+
+
+def correct(harness, mode, batch):
+    out, _ = run(harness, mode, batch)
+    return torch.allclose(out, batch.expected(harness), atol=1e-5)
+
+
+def random_batch(harness, seed, width):
+    gen = torch.Generator().manual_seed(seed)
+    bs = int(torch.randint(1, MAX_BS + 1, (1,), generator=gen))
+    prefix = torch.randint(0, aiter_harness.CONTEXT_LEN - NDT, (bs,), generator=gen).tolist()
+    return harness.batch(prefix, width, seed)
+
+
+def test_plans_follow_the_release():
+    assert "refused" not in PLANS.values(), PLANS
+    if RELEASE in EXPECTED:
+        assert {k.removeprefix("aiter."): v for k, v in PLANS.items() if k != "aiter.mla_refusal"} == EXPECTED[RELEASE]
+    assert PLANS["aiter.mla_refusal"] == "apply"
+
+
+def test_unknown_shapes_are_refused():
+    for patch in aiter_patches.PATCHES:
+        assert patch.assess(patch.alternatives[0], "def f(self):\n    pass\n", "9.9").verdict == "refused", patch.name
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_upstream_at_a_width_other_than_ndt(make, mode):
+    """Evidence: unpatched, a batch of width 2 (ndt 4) is attended correctly
+    exactly where no patch applies on this release."""
+    harness = make(page_size=16)
+    needed = sorted(n for n, fixed in FIXES.items() if mode in fixed and PLANS[n] == "apply")
+    assert correct(harness, mode, harness.batch([5, 40, 0], 2)) == (not needed), needed
+
+
+@pytest.mark.parametrize("width", range(1, NDT + 1))
+@pytest.mark.parametrize("page_size", (1, 16))
+@pytest.mark.parametrize("mode", MODES)
+def test_patched_matches_the_batch_definition(make, patched, mode, page_size, width):
+    """Oracle: every width 1..ndt, random batch size and prefixes; every path matches."""
+    harness = make(page_size=page_size)
+    batch = random_batch(harness, seed=10 * width + page_size, width=width)
+    out, meta = run(harness, mode, batch)
+    torch.testing.assert_close(out, batch.expected(harness), atol=1e-5, rtol=0)
+    assert meta.max_q_len == batch.width
+
+
+@pytest.mark.parametrize("name", [n for n in FIXES if PLANS[n] == "apply"] or [pytest.param(None, marks=pytest.mark.skip("no aiter patch applies"))])
+def test_each_patch_is_needed(make, name):
+    """With every patch but ``name`` applied, some path it fixes goes wrong."""
+    others = [p for p in aiter_patches.PATCHES if p.name != name]
+    apply_all(others, RELEASE)
+    try:
+        harness = make(page_size=16)
+        wrong = [m for m in sorted(FIXES[name]) if not correct(harness, m, harness.batch([5, 40, 0], 2))]
+    finally:
+        revert_all(others)
+    assert wrong, f"{name} changes nothing on SGLang {RELEASE}"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_builtin_width_metadata_is_unchanged(make, mode):
+    """Width == ndt (built-in algorithms): patched metadata equals unpatched, field by field."""
+    harness = make(page_size=16)
+    batch = harness.batch([5, 40, 0, 17], NDT)
+    out, meta = run(harness, mode, batch)
+    before = {k: (v.clone() if torch.is_tensor(v) else v) for k, v in vars(meta).items()}
+    apply_all(aiter_patches.PATCHES, RELEASE)
+    try:
+        out_patched, meta_patched = run(harness, mode, batch)
+    finally:
+        revert_all(aiter_patches.PATCHES)
+    after = vars(meta_patched)
+    assert before.keys() == after.keys()
+    for key, value in before.items():
+        if torch.is_tensor(value):
+            assert torch.equal(value, after[key]), key
+        else:
+            assert value == after[key], key
+    assert torch.equal(out, out_patched)
+
+
+def test_non_uniform_batch_is_an_error(make, patched):
+    harness = make()
+    batch = harness.batch([5, 9], 2)
+    fb = batch.forward_batch(harness)
+    fb.input_ids = torch.zeros(5, dtype=torch.int64)
+    if PLANS["aiter.eager_width"] != "apply":
+        pytest.skip(f"SGLang {RELEASE} derives the eager width itself")
+    with pytest.raises(VerifyLayoutError, match="do not split evenly"):
+        harness.eager(harness.backend(), fb)
+
+
+SBD = """
+[plugins]
+enable = ["sbd"]
+[algorithms.SBD]
+max_tokens_per_req = 8
+verify_width = {width}
+"""
+
+
+def _sbd(sglang_loaded, width):
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    sglang_loaded(SBD.format(width=width))
+    return SpeculativeAlgorithm.from_string("SBD")
+
+
+def test_mla_refuses_a_plugin_width_other_than_ndt(make, patched, sglang_loaded):
+    harness = make(mla=True, spec_algorithm=_sbd(sglang_loaded, 2))
+    with pytest.raises(EngineError, match=r"SBD verifies 2 tokens.*AiterAttnBackend.*speculative_num_draft_tokens=4"):
+        harness.backend()
+
+
+def test_mla_draft_worker_that_never_verifies_builds(make, patched, sglang_loaded):
+    harness = make(mla=True, spec_algorithm=_sbd(sglang_loaded, 2))
+    harness.runner.is_draft_worker = True
+    assert harness.backend().use_mla
+
+
+def test_mla_unpatched_builds_silently_at_a_wrong_width(make, sglang_loaded):
+    """Evidence: without the patch, the MLA backend accepts the plugin and keeps ndt."""
+    from sglang_spec_plugins.patches import PATCHES, revert_all
+
+    algorithm = _sbd(sglang_loaded, 2)
+    revert_all(PATCHES)  # the loader applied them; this is the unpatched release
+    backend = make(mla=True, spec_algorithm=algorithm).backend()
+    assert backend.use_mla and backend.num_draft_tokens == NDT
+
+
+@pytest.mark.parametrize("mla", (True, False))
+def test_backend_builds_where_the_width_is_supported(make, patched, sglang_loaded, mla):
+    """MLA at width == ndt, non-MLA at any width, and a built-in algorithm all build."""
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    algorithm = _sbd(sglang_loaded, NDT if mla else 2)
+    assert make(mla=mla, spec_algorithm=algorithm).backend().use_mla == mla
+    assert make(mla=mla, spec_algorithm=SpeculativeAlgorithm.EAGLE).backend().use_mla == mla

@@ -1,0 +1,205 @@
+"""trtllm_mha TARGET_VERIFY metadata at a width other than
+speculative_num_draft_tokens (ndt), on the real backend (trtllm_harness)."""
+
+import os
+
+# SGLang's Triton metadata kernels run on CPU only interpreted; triton decides
+# at decoration time, so this must precede the first import of those kernels.
+# On a CPU-only machine no compiled Triton kernel can run, so no other test
+# loses anything by it.
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import random
+
+import pytest
+import torch
+
+import trtllm_harness as h
+from sglang_spec_plugins import verify_layout
+from sglang_spec_plugins.engine.probe import installed_version
+from sglang_spec_plugins.patches import trtllm_mha
+from sglang_spec_plugins.patches.unit import apply_all, plan_all, revert_all
+from sglang_spec_plugins.verify_layout import VerifyLayoutError
+
+NDT, MAX_BS = 4, 6
+PHASES = ("eager", "capture", "replay")
+RELEASE = installed_version()
+
+
+@pytest.fixture
+def patched():
+    applied = [p for p in trtllm_mha.PATCHES if p.plan(RELEASE).verdict == "apply"]
+    apply_all(applied, RELEASE)
+    yield applied
+    revert_all(applied)
+
+
+def legacy() -> bool:
+    """<= 0.5.12.post1: capture/replay/eager hard-code ndt."""
+    import importlib
+
+    return hasattr(importlib.import_module(h.TRTLLM).TRTLLMHAAttnBackend, "init_forward_metadata_capture_cuda_graph")
+
+
+def summary(m, bs):
+    return dict(cu_seqlens_q=m.cu_seqlens_q[: bs + 1].tolist(), kv_lengths=m.cache_seqlens_int32[:bs].tolist(),
+                max_seq_len_q=m.max_seq_len_q, max_seq_len_k=getattr(m, "max_seq_len_k", None))
+
+
+def expected(prefixes, width):
+    return dict(cu_seqlens_q=verify_layout.qo_indptr(len(prefixes), width),
+                kv_lengths=verify_layout.kv_lengths(prefixes, width), max_seq_len_q=verify_layout.max_seq_len_q(width))
+
+
+def run_phases(attn, prefixes, width, gen, replay_prefixes=None):
+    """(batch, metadata summary, ok) per phase; replay uses new prefixes. ok:
+    the layout is verify_layout's and attention through the metadata matches
+    attention from the batch definition (not checked after a capture up to
+    0.5.12.post1: its page table is filled only by the replay that precedes
+    every real forward)."""
+    out = {}
+    for phase in PHASES:
+        batch = h.make_batch(attn, replay_prefixes if phase == "replay" and replay_prefixes else prefixes, width, gen)
+        m = h.init_metadata(attn, h.forward_batch(batch, attn), phase)
+        got = summary(m, len(batch.prefixes))
+        ok = {k: got[k] for k in ("cu_seqlens_q", "kv_lengths", "max_seq_len_q")} == expected(batch.prefixes, width)
+        if ok and not (phase == "capture" and legacy()):
+            attention = h.paged_attention(m, batch.q, *h.kv_buffers(attn), attn.page_size)
+            ok = torch.allclose(attention, h.reference_attention(batch, attn), atol=1e-5, rtol=1e-4)
+        out[phase] = (batch, got, ok)
+    return out
+
+
+def test_finding_unpatched_metadata_at_width_below_ndt(monkeypatch):
+    """The finding, on the unpatched release: 3 requests of width 2, ndt 4."""
+    prefixes, width = [5, 17, 3], 2
+    with h.backend(monkeypatch, NDT, 16, MAX_BS) as attn:
+        got = {phase: s for phase, (_, s, _) in run_phases(attn, prefixes, width, torch.Generator().manual_seed(0)).items()}
+    right = expected(prefixes, width)
+    if legacy():  # every phase reads the width from ndt
+        for phase in PHASES:
+            assert got[phase]["max_seq_len_q"] == NDT
+            assert got[phase]["kv_lengths"] == verify_layout.kv_lengths(prefixes, NDT) != right["kv_lengths"]
+            assert got[phase]["cu_seqlens_q"] == verify_layout.qo_indptr(3, NDT) != right["cu_seqlens_q"]
+    else:  # eager is right; graphs get the width right except cu_seqlens_q (stride ndt)
+        assert got["eager"] == {**right, "max_seq_len_k": got["eager"]["max_seq_len_k"]}
+        for phase in ("capture", "replay"):
+            assert got[phase]["max_seq_len_q"] == width and got[phase]["kv_lengths"] == right["kv_lengths"]
+            assert got[phase]["cu_seqlens_q"] == [0, 4, 8, 12] != right["cu_seqlens_q"] == [0, 2, 4, 6]
+
+
+def test_plans_cover_this_release():
+    plans = plan_all(trtllm_mha.PATCHES, RELEASE)
+    assert "refused" not in {p.verdict for p in plans.values()}, plans
+    wanted = {"trtllm_mha.fixed_width_capture", "trtllm_mha.fixed_width_replay", "trtllm_mha.fixed_width_eager"} if legacy() \
+        else {"trtllm_mha.graph_cu_seqlens_q"}
+    assert {n for n, p in plans.items() if p.verdict == "apply"} == wanted
+
+
+@pytest.mark.parametrize("page_size", [1, 16])
+def test_builtin_width_gets_the_unpatched_metadata(monkeypatch, page_size):
+    prefixes, replay = [7, 30, 1, 12], [9, 2, 40, 16]
+
+    def tensors(gen_seed):
+        with h.backend(monkeypatch, NDT, page_size, MAX_BS) as attn:
+            gen = torch.Generator().manual_seed(gen_seed)
+            out = {}
+            for phase in PHASES:
+                batch = h.make_batch(attn, replay if phase == "replay" else prefixes, NDT, gen)
+                m = h.init_metadata(attn, h.forward_batch(batch, attn), phase)
+                # the pages the kernel reads: each row up to its key length
+                lengths = m.cache_seqlens_int32[:4].tolist()
+                out[phase] = (summary(m, 4), [m.page_table[i, : -(-n // page_size)].tolist() for i, n in enumerate(lengths)])
+            return out
+
+    unpatched = tensors(1)
+    applied = [p for p in trtllm_mha.PATCHES if p.plan(RELEASE).verdict == "apply"]
+    apply_all(applied, RELEASE)
+    try:
+        with_patches = tensors(1)
+    finally:
+        revert_all(applied)
+    for phase in PHASES:
+        assert with_patches[phase][0] == unpatched[phase][0], phase
+        assert with_patches[phase][1] == unpatched[phase][1], phase
+
+
+@pytest.mark.parametrize("page_size", [1, 16])
+@pytest.mark.parametrize("seed", range(4))
+def test_oracle_patched(monkeypatch, patched, page_size, seed):
+    rnd = random.Random(seed * 31 + page_size)
+    bs, width = rnd.randint(1, MAX_BS), rnd.randint(1, NDT)
+    prefixes = [rnd.randint(0, 60) for _ in range(bs)]
+    replay = [rnd.randint(0, 60) for _ in range(bs)]
+    with h.backend(monkeypatch, NDT, page_size, MAX_BS) as attn:
+        results = run_phases(attn, prefixes, width, torch.Generator().manual_seed(seed), replay)
+    for phase, (batch, got, ok) in results.items():
+        assert ok, (phase, bs, width, got)
+        if got["max_seq_len_k"] is not None:
+            assert got["max_seq_len_k"] == verify_layout.max_seq_len_k(batch.prefixes, width)
+
+
+# The phase each patch fixes: with the patch off (the others on), that phase's
+# attention at width 2 (ndt 4) no longer matches the batch definition.
+PATCH_PHASE = {"trtllm_mha.fixed_width_capture": "capture", "trtllm_mha.fixed_width_replay": "replay",
+               "trtllm_mha.fixed_width_eager": "eager", "trtllm_mha.graph_cu_seqlens_q": "capture"}
+
+
+@pytest.mark.parametrize("patch", trtllm_mha.PATCHES, ids=lambda p: p.name)
+def test_each_patch_is_needed(monkeypatch, patch):
+    if patch.plan(RELEASE).verdict != "apply":
+        pytest.skip(f"{patch.name}: {patch.plan(RELEASE).reason}")
+    others = [p for p in trtllm_mha.PATCHES if p is not patch and p.plan(RELEASE).verdict == "apply"]
+    apply_all(others, RELEASE)
+    try:
+        with h.backend(monkeypatch, NDT, 16, MAX_BS) as attn:
+            results = run_phases(attn, [5, 17, 3], 2, torch.Generator().manual_seed(0), [8, 1, 22])
+        assert not results[PATCH_PHASE[patch.name]][2]
+        apply_all([patch], RELEASE)
+        with h.backend(monkeypatch, NDT, 16, MAX_BS) as attn:
+            results = run_phases(attn, [5, 17, 3], 2, torch.Generator().manual_seed(0), [8, 1, 22])
+        assert all(ok for _, _, ok in results.values())
+    finally:
+        revert_all([patch, *others])
+
+
+def test_non_uniform_capture_is_refused(monkeypatch, patched):
+    """A capture whose tokens do not split evenly over its requests raises
+    (upstream would silently floor the width)."""
+    with h.backend(monkeypatch, NDT, 16, MAX_BS) as attn:
+        batch = h.make_batch(attn, [5, 17, 3], 2, torch.Generator().manual_seed(0))
+        fb = h.forward_batch(batch, attn)
+        fb.positions = torch.zeros(7, dtype=torch.int64)
+        with pytest.raises(VerifyLayoutError, match="do not split evenly"):
+            h.init_metadata(attn, fb, "capture")
+
+
+def test_sglang_kit_spec_verify_case_through_the_patched_backend(monkeypatch, patched):
+    """SGLang's own attention kit (0.5.13+): its EAGLE verify case, real forward
+    (decode kernel: the harness's torch stand-in) against its dense reference."""
+    import importlib.util
+    import unittest
+
+    if importlib.util.find_spec("sglang.test.kits.attention_unittest") is None:
+        pytest.skip(f"SGLang {RELEASE} ships no attention_unittest kit")
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+    try:
+        from sglang.test.kits.attention_unittest.attention_methods.dense_attention import DenseAttentionCase
+        from sglang.test.kits.attention_unittest.runner_modes.speculative_target_verify_runner import (
+            run_dense_spec_verify_case,
+        )
+    except ModuleNotFoundError as exc:  # up to 0.5.19 the kit imports every backend, some need sgl_kernel
+        if exc.name != "sgl_kernel":
+            raise
+        pytest.skip(f"SGLang {RELEASE}'s attention kit imports sgl_kernel (CUDA only)")
+
+    h.bind_stand_ins(monkeypatch)
+    monkeypatch.setenv("SGLANG_FLASHINFER_WORKSPACE_SIZE", str(1 << 20))
+    for page_size in (1, 16):
+        case = DenseAttentionCase(name=f"verify_p{page_size}", backend="trtllm_mha", forward_mode=ForwardMode.TARGET_VERIFY,
+                                  num_heads=4, num_kv_heads=2, page_size=page_size, prefix_lens=(5, 17, 30),
+                                  extend_lens=(3, 3, 3))
+        with h.single_attention_rank(monkeypatch), torch.no_grad():
+            run_dense_spec_verify_case(unittest.TestCase(), case, topk=1, spec_kind="eagle", device="cpu",
+                                       dtype=torch.float32)
