@@ -135,10 +135,12 @@ def table_row(release: str) -> str:
     data = json.loads(out.stdout)
     sg = data["sglang"]
     hook = sg["width_hooks"][-1] if sg["width_hooks"] else "none"
-    patches = ", ".join(f"{n}: {p['verdict']}" for n, p in data["patches"].items()) or "-"
+    applied = [n for n, p in data["patches"].items() if p["verdict"] in ("would apply", "applied")]
+    patches = ", ".join(applied) or ("none needed" if data["patches"] else "-")
+    backends = "; ".join(f"{n.split('.', 1)[1]}: {v}" for n, v in data.get("attention_backends", {}).items()) or "-"
     verdict = "supported" if data["ok"] else "refused: " + "; ".join(data["problems"])
     return (f"| {release} | {'yes' if sg['plugin_framework'] else 'no'} | {'yes' if sg['algorithm_registry'] else 'no'} "
-            f"| `{hook}` | {', '.join(sg['methods_taken_from_enum']) or '-'} | {patches} | {verdict} |")
+            f"| `{hook}` | {', '.join(sg['methods_taken_from_enum']) or '-'} | {patches} | {backends} | {verdict} |")
 
 
 def table(releases: List[str], check: bool) -> int:
@@ -153,7 +155,8 @@ def table(releases: List[str], check: bool) -> int:
         print(f"{len(rows) - len(stale)} passed, {len(stale)} failed")
         return 1 if stale else 0
     header = ("\n| release | plugin framework | algorithm registry | width hook the runners call "
-              "| methods taken from the enum | patches | loader |\n|---|---|---|---|---|---|---|\n")
+              "| methods taken from the enum | patches the loader applies | FA3 / triton with a plugin width != ndt | loader |\n"
+              "|---|---|---|---|---|---|---|---|\n")
     (ROOT / "README.md").write_text(head + TABLE_START + header + "\n".join(rows) + "\n" + TABLE_END + tail)
     print("\n".join(rows))
     return 0
