@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass
 from importlib import metadata
 from types import MappingProxyType
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import pluggy
 
@@ -107,15 +107,6 @@ class PluginSet:
             if answer is not None:
                 found[impl.plugin_name] = answer
         return found
-
-    def hook_table(self) -> List[Tuple[str, str, str]]:
-        """``(hook, plugin, module file)`` rows for every implemented hook."""
-        rows = []
-        for name in sorted(n for n in dir(self.pm.hook) if n.startswith("sgl_spec_")):
-            for impl in getattr(self.pm.hook, name).get_hookimpls():
-                info = self.info(impl.plugin_name)
-                rows.append((name, impl.plugin_name, info.module_file or "?"))
-        return rows
 
 
 def new_manager() -> pluggy.PluginManager:

@@ -26,7 +26,7 @@ def test_discovers_entry_points_with_distribution_and_version(two, write_toml):
     assert alpha.module_file.endswith("alpha_mod.py")
     assert set(ps.algorithms) == {"ALPHA", "BETA"}
     assert ps.algorithms["ALPHA"].plugin == "alpha"
-    assert ("sgl_spec_verify_width", "beta", ps.info("beta").module_file) in ps.hook_table()
+    assert [i.plugin_name for i in ps.pm.hook.sgl_spec_verify_width.get_hookimpls()] == ["alpha", "beta"]
 
 
 def test_enable_disable_and_env_allow_list(two, write_toml, monkeypatch):

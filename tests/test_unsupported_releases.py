@@ -1,6 +1,5 @@
 """Releases before 0.5.12 are refused with one message naming the release and what is missing."""
 
-import os
 import subprocess
 import sys
 from pathlib import Path

@@ -66,11 +66,6 @@ class EngineProbe:
     import_error: Optional[str] = None
 
     @property
-    def runner_width_hook(self) -> Optional[str]:
-        """The width hook name SGLang's own runners call (newest defined wins)."""
-        return self.width_hooks[-1] if self.width_hooks else None
-
-    @property
     def installed(self) -> bool:
         return self.version is not None
 
