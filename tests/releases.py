@@ -108,7 +108,8 @@ def test(releases: List[str], pytest_args: List[str]) -> int:
     for release in releases:
         print(f"\n===== SGLang {release} =====", flush=True)
         started = time.time()
-        paths = [] if any(not a.startswith("-") for a in pytest_args) else ["tests/on_sglang"]
+        named = any(a.startswith("tests") or a.endswith(".py") for a in pytest_args)
+        paths = [] if named else ["tests/on_sglang"]
         cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *paths, *pytest_args]
         results[release] = (subprocess.run(cmd, cwd=ROOT, env=environ_for(release)).returncode, time.time() - started)
     print("\nrelease matrix:")

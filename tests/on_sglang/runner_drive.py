@@ -111,7 +111,7 @@ def graph_runner_width(algo, is_draft_worker, server_args):
     return width, runner.capture_forward_mode
 
 
-def dummy_run_width(algo, is_draft_worker, server_args, batch_size=3):
+def dummy_run_width(algo, is_draft_worker, server_args):
     """(tokens per request, forward mode) of the release's dummy (warm-up) run."""
     from sglang.srt.model_executor.model_runner import ModelRunner
 
@@ -121,7 +121,7 @@ def dummy_run_width(algo, is_draft_worker, server_args, batch_size=3):
     this = mr if owner is ModelRunner else types.SimpleNamespace(model_runner=mr)
     kwargs = {"buffers": None} if "buffers" in inspect.signature(dummy_run).parameters else {}
     with _single_process(dummy_run):
-        local = _run_through_spec_block(dummy_run, this, batch_size, **kwargs)
+        local = _run_through_spec_block(dummy_run, this, 1, **kwargs)  # batch size 1
     # num_tokens_per_bs up to 0.5.15, num_tokens_per_req from 0.5.16
     width = local["num_tokens_per_req"] if "num_tokens_per_req" in local else local["num_tokens_per_bs"]
     return width, local["capture_forward_mode"]
