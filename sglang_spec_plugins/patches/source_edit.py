@@ -18,7 +18,9 @@ real file), and a ``__class__`` cell so zero-argument ``super()`` still works.
 
 from __future__ import annotations
 
+import __future__
 import ast
+import functools
 import inspect
 import textwrap
 import types
@@ -80,7 +82,12 @@ def rebuild(func: types.FunctionType, owner: type, edits: Sequence[Edit]) -> typ
     ast.fix_missing_locations(module)
     ast.increment_lineno(module, func.__code__.co_firstlineno - 1)
     namespace: dict = {}
-    exec(compile(module, func.__code__.co_filename, "exec"), func.__globals__, namespace)
+    # Compile under the original function's __future__ flags (e.g. postponed annotations, which
+    # SGLang's runners rely on for names imported only under TYPE_CHECKING), not this module's.
+    futures = sum(f.compiler_flag for f in map(functools.partial(getattr, __future__), __future__.all_feature_names)
+                  if func.__code__.co_flags & f.compiler_flag)
+    code = compile(module, func.__code__.co_filename, "exec", flags=futures, dont_inherit=True)
+    exec(code, func.__globals__, namespace)
     new = namespace["_factory"](owner)
     new.__qualname__ = func.__qualname__
     new.__doc__ = func.__doc__
