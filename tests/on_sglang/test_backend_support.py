@@ -27,6 +27,7 @@ from sglang_spec_plugins.engine.probe import probe
 from sglang_spec_plugins.errors import EngineError
 from sglang_spec_plugins.patches.backend_support import FA3, PATCHES, TRITON, backend_support
 from sglang_spec_plugins.patches.unit import apply_all, revert_all
+from test_loader import EXAMPLES
 
 MODULES = {"FA3": FA3.alternatives[0].module, "triton": TRITON.alternatives[0].module}
 CLASSES = {"FA3": "FlashAttentionBackend", "triton": "TritonAttnBackend"}
@@ -34,15 +35,7 @@ LABELS = {"FA3": r"FA3/FA4 \(FlashAttentionBackend\)", "triton": r"triton \(Trit
 WIDTH_ATTRS = ("speculative_num_draft_tokens", "num_draft_tokens", "target_verify_num_tokens_per_req")
 NDT = 16
 # SBD: target worker verifies 8; DFLASH_BLOCK: its draft worker verifies blocks of 8 (and may verify).
-PLUGINS = """
-[plugins]
-enable = ["sbd", "dflash_block"]
-[algorithms.SBD]
-max_tokens_per_req = 16
-verify_width = 8
-[algorithms.DFLASH_BLOCK]
-block_size = 8
-"""
+PLUGINS = EXAMPLES.replace("block_size = 16", "block_size = 8")
 CASES = [("FA3", "SBD", False), ("FA3", "DFLASH_BLOCK", True), ("triton", "SBD", False), ("triton", "DFLASH_BLOCK", True)]
 
 
