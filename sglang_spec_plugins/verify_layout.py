@@ -71,5 +71,17 @@ def max_seq_len_k(prefix_lengths: Sequence[int], width: int) -> int:
     return max(kv_lengths(prefix_lengths, width)) if len(prefix_lengths) else 0
 
 
+def packed_causal_mask(width: int) -> list:
+    """The causal mask of one request's ``width`` new tokens, bit-packed the
+    way XQA's spec-decode kernels read it: row ``r`` (query ``r``) has bits
+    ``0..r`` set (it sees new tokens ``0..r``), in 16-bit words, least
+    significant bit first, ``2 * ceil(width / 32)`` words per row (rows
+    aligned to 32 bits). A batch's mask is this block once per request."""
+    if width < 1:
+        raise VerifyLayoutError(f"a causal mask needs a width >= 1, got {width}")
+    words = -(-width // 32) * 2
+    return [[(1 << max(0, min(16, r + 1 - 16 * w))) - 1 for w in range(words)] for r in range(width)]
+
+
 def _as_list(values, arange):
     return list(values) if arange is range else values

@@ -10,6 +10,7 @@ from sglang_spec_plugins.verify_layout import (
     kv_lengths,
     max_seq_len_k,
     max_seq_len_q,
+    packed_causal_mask,
     qo_indptr,
     width_of,
 )
@@ -65,3 +66,20 @@ def test_qo_indptr_with_torch_arange():
 
     ptr = qo_indptr(3, 4, arange=partial(torch.arange, dtype=torch.int32))
     assert ptr.dtype == torch.int32 and ptr.tolist() == [0, 4, 8, 12]
+
+
+@given(width=st.integers(min_value=1, max_value=100))
+def test_packed_causal_mask_bits(width):
+    """Row r sets exactly bits 0..r of its 16-bit words, rows padded to 32 bits."""
+    rows = packed_causal_mask(width)
+    assert len(rows) == width
+    for r, words in enumerate(rows):
+        assert len(words) % 2 == 0 and 16 * len(words) >= width > 16 * len(words) - 32
+        assert all(0 <= w < 1 << 16 for w in words)
+        bits = [bool(words[c // 16] >> (c % 16) & 1) for c in range(16 * len(words))]
+        assert bits == [c <= r for c in range(16 * len(words))]
+
+
+def test_packed_causal_mask_of_nothing():
+    with pytest.raises(VerifyLayoutError):
+        packed_causal_mask(0)

@@ -1,12 +1,15 @@
 """The AMD aiter attention backend (``AiterAttnBackend``): TARGET_VERIFY width.
 
 Non-MLA: the backend must lay a TARGET_VERIFY batch out at the batch's real
-width, ``verify_layout.width_of(num_tokens, batch_size)``. Releases that
+width, checked by ``verify_batch.batch_width`` (uniform, within the
+algorithm's maximum). Releases that
 instead take ``spec_info.draft_token_num`` (eager, up to 0.5.16 and 0.5.19) or
 ``speculative_num_draft_tokens`` (graph, up to 0.5.16; one ``seqused_k``, up to
 0.5.16 and 0.5.19) are patched; the wrappers run the release's own code with
 the width in place of the number it read, so every index array it builds
-(``qo_indptr``, page table, ``max_q_len``) follows the width.
+(``qo_indptr``, page table, ``max_q_len``) follows the width. Releases that
+derive the width themselves (0.5.17, 0.5.18, 0.5.20+) floor a non-uniform
+batch; ``aiter.eager_check`` checks the batch before their eager path.
 
 MLA: the AITER MLA kernels take a fixed draft length (ndt) on every release,
 so a plugin algorithm whose width differs from ndt is refused when the backend
@@ -23,23 +26,27 @@ from ..errors import EngineError
 from ..verify_layout import width_of
 from .source_edit import Edit
 from .unit import FunctionPatch, Target, WrapPatch
+from .verify_batch import batch_width, checking
 
 _MODULE = "sglang.srt.layers.attention.aiter_backend"
 _WHERE = "aiter TARGET_VERIFY"
 
 
 def _verify_width(backend, forward_batch):
-    """The batch's width for a non-MLA TARGET_VERIFY batch, else None."""
-    if backend.use_mla or not forward_batch.forward_mode.is_target_verify():
-        return None
-    return width_of(forward_batch.input_ids.shape[0], forward_batch.batch_size, where=_WHERE)
+    """The checked width of a TARGET_VERIFY batch (see verify_batch), None on
+    other modes; None on MLA too, after the check (MLA keeps ndt)."""
+    width = batch_width(forward_batch, backend.num_draft_tokens, _WHERE)
+    return None if backend.use_mla else width
 
 
 # -- eager: init_forward_metadata reads spec_info.draft_token_num -------------
 
+_EAGER_DERIVED = "input_ids.shape[0] // bs"  # 0.5.17, 0.5.18, 0.5.20+
+
+
 def _eager_condition(source):
-    if "input_ids.shape[0] // bs" in source:
-        return "not needed", "derives the non-MLA verify width from input_ids"
+    if _EAGER_DERIVED in source:
+        return "not needed", "derives the non-MLA verify width from input_ids (aiter.eager_check checks it)"
     # one read on the MLA branch (fixed ndt, see MLA_REFUSAL), one on the non-MLA branch
     if source.count("draft_num = spec_info.draft_token_num") == 2:
         return "apply", "non-MLA TARGET_VERIFY takes its width from the batch, not spec_info.draft_token_num"
@@ -70,6 +77,24 @@ EAGER_WIDTH = WrapPatch(
     alternatives=(Target(_MODULE, "AiterAttnBackend.init_forward_metadata"),),
     condition=_eager_condition,
     wrapper=_eager_wrapper,
+)
+
+
+def _eager_check_condition(source):
+    if _EAGER_DERIVED in source:
+        return "apply", ("divides the batch's tokens by its requests, flooring a non-uniform batch; "
+                         "checks it is uniform and within the algorithm's maximum width first")
+    if "draft_num = spec_info.draft_token_num" in source:
+        return "not needed", "reads the width from spec_info (aiter.eager_width runs it at the checked batch width)"
+    return "refused", "unknown TARGET_VERIFY shape (no spec_info.draft_token_num read, no derived width)"
+
+
+EAGER_CHECK = WrapPatch(
+    name="aiter.eager_check",
+    summary="aiter eager TARGET_VERIFY: refuse a non-uniform batch or a width above the maximum (0.5.17+)",
+    alternatives=(Target(_MODULE, "AiterAttnBackend.init_forward_metadata"),),
+    condition=_eager_check_condition,
+    wrapper=checking(lambda self: self.num_draft_tokens, _WHERE),
 )
 
 
@@ -220,4 +245,4 @@ MLA_REFUSAL = WrapPatch(
     wrapper=_mla_wrapper,
 )
 
-PATCHES = (EAGER_WIDTH, GRAPH_WIDTH, GRAPH_CAPTURE_0512, GRAPH_REPLAY_0512, SEQUSED_K, MLA_REFUSAL)
+PATCHES = (EAGER_WIDTH, EAGER_CHECK, GRAPH_WIDTH, GRAPH_CAPTURE_0512, GRAPH_REPLAY_0512, SEQUSED_K, MLA_REFUSAL)

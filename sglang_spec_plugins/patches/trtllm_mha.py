@@ -13,6 +13,16 @@ Two release shapes are wrong for a width other than ``speculative_num_draft_toke
   once in ``init_cuda_graph_state`` with stride ndt. ``graph_cu_seqlens_q``
   replaces it, at capture, with the offsets of the captured width.
 
+On SM90/SM120 (0.5.21+) the uniform verify runs on flashinfer's XQA kernel
+with a causal mask ``__init__`` builds for ndt rows per request; the kernel
+reads it as ``q_len_per_req`` rows per request, so at another width every
+request after the first gets another request's rows. ``xqa_mask`` passes the
+mask of the verified width (``verify_layout.packed_causal_mask``).
+
+From 0.5.13 the eager path derives the width as ``tokens // requests``, which
+floors a non-uniform batch; ``eager_check`` checks the batch first
+(``verify_batch.batch_width``: uniform, within the algorithm's maximum).
+
 Where the width equals ndt (every built-in algorithm) the wrappers call the
 original unchanged. Each patch lists the function's location in both shapes
 so that it resolves on every release and says "not needed" on the other one.
@@ -25,8 +35,9 @@ import functools
 import inspect
 from typing import Tuple
 
-from ..verify_layout import qo_indptr, width_of
+from ..verify_layout import packed_causal_mask, qo_indptr, width_of
 from .unit import Target, WrapPatch
+from .verify_batch import batch_width, checking
 
 _MODULE = "sglang.srt.layers.attention.trtllm_mha_backend"
 _CLASS = "TRTLLMHAAttnBackend"
@@ -35,7 +46,11 @@ _CLASS = "TRTLLMHAAttnBackend"
 _HARD_CODED = "metadata.max_seq_len_q = self.speculative_num_draft_tokens"  # <= 0.5.12.post1
 _DERIVED = "num_tokens // bs"  # 0.5.13+ capture: width from the captured shape
 _PRESET_Q = 'self.target_verify_metadata["cu_seqlens_q"]'  # 0.5.13+: the stride-ndt preset
+_EAGER_DERIVED = "forward_batch.input_ids.shape[0] // batch_size"  # 0.5.13+ eager
 _REPLAY_DERIVED = ("seqlen_offset = metadata.max_seq_len_q", "seq_lens + metadata.max_seq_len_q")
+
+
+_EAGER_WHERE = "trtllm_mha TARGET_VERIFY eager"
 
 
 def _target(method: str) -> Target:
@@ -109,11 +124,28 @@ FIXED_WIDTH_EAGER = WrapPatch(
     name="trtllm_mha.fixed_width_eager",
     summary="trtllm_mha eager TARGET_VERIFY metadata at the batch width (<= 0.5.12.post1)",
     alternatives=(_target("init_forward_metadata"),),
-    condition=_legacy_condition(("forward_batch.input_ids.shape[0] // batch_size",), "derives the width from the batch"),
+    condition=_legacy_condition((_EAGER_DERIVED,), "derives the width from the batch (trtllm_mha.eager_check checks it)"),
     wrapper=_target_verify_wrapper(
-        lambda self, a: width_of(a["forward_batch"].input_ids.shape[0], a["forward_batch"].batch_size,
-                                 where="trtllm_mha TARGET_VERIFY eager")
+        lambda self, a: batch_width(a["forward_batch"], self.speculative_num_draft_tokens, _EAGER_WHERE)
     ),
+)
+
+
+def _eager_check_condition(source: str) -> Tuple[str, str]:
+    if _EAGER_DERIVED in source:
+        return "apply", ("divides the batch's tokens by its requests, flooring a non-uniform batch; "
+                         "checks it is uniform and within the algorithm's maximum width first")
+    if _HARD_CODED in source:
+        return "not needed", "reads the width from ndt (trtllm_mha.fixed_width_eager runs it at the checked batch width)"
+    return "refused", "unknown shape: neither the hard-coded width nor a derived one"
+
+
+EAGER_CHECK = WrapPatch(
+    name="trtllm_mha.eager_check",
+    summary="trtllm_mha eager TARGET_VERIFY: refuse a non-uniform batch or a width above the maximum (0.5.13+)",
+    alternatives=(_target("init_forward_metadata"),),
+    condition=_eager_check_condition,
+    wrapper=checking(lambda self: self.speculative_num_draft_tokens, _EAGER_WHERE),
 )
 
 
@@ -157,4 +189,49 @@ GRAPH_CU_SEQLENS_Q = WrapPatch(
     wrapper=_cu_seqlens_q_wrapper,
 )
 
-PATCHES = (FIXED_WIDTH_CAPTURE, FIXED_WIDTH_REPLAY, FIXED_WIDTH_EAGER, GRAPH_CU_SEQLENS_Q)
+# -- SM90/SM120 (XQA): the spec-decode mask at the verified width ------------
+
+_MASK_SLICE = 'kwargs["mask"] = mask[: group_seq_lens.shape[0]]'
+_MASKS = "_sglang_spec_plugins_xqa_masks"
+
+
+def _xqa_mask_condition(source: str) -> Tuple[str, str]:
+    if _MASK_SLICE in source:
+        return "apply", ("hands XQA the causal mask built in __init__ for ndt rows per request, which the kernel "
+                         "reads as q_len_per_req rows per request; passes the mask of the verified width")
+    if "mask" not in source:  # forward_extend before _run_fixed_q_len_decode, or one without a mask
+        return "not needed", "passes XQA no spec-decode mask (before 0.5.21)"
+    return "refused", "unknown shape of the XQA fixed-q-len decode call"
+
+
+def _xqa_mask(backend, like, width: int):
+    """The batch mask (``like``'s requests) for ``width`` new tokens per request, built once per width."""
+    import torch
+
+    masks = vars(backend).setdefault(_MASKS, {})
+    if width not in masks:
+        block = torch.tensor(packed_causal_mask(width), dtype=torch.int32).to(torch.uint16)
+        masks[width] = block.unsqueeze(0).expand(like.shape[0], -1, -1).contiguous().to(like.device)
+    return masks[width]
+
+
+def _xqa_mask_wrapper(original):
+    @functools.wraps(original)
+    def _run_fixed_q_len_decode(self, *args, **kwargs):
+        mask = kwargs.get("mask")
+        if mask is not None and mask.shape[1] != kwargs.get("q_len_per_req", 1):
+            kwargs["mask"] = _xqa_mask(self, mask, kwargs["q_len_per_req"])
+        return original(self, *args, **kwargs)
+
+    return _run_fixed_q_len_decode
+
+
+XQA_MASK = WrapPatch(
+    name="trtllm_mha.xqa_mask",
+    summary="trtllm_mha on SM90/SM120 (XQA, 0.5.21+): the spec-decode causal mask at the verified width",
+    alternatives=(_target("_run_fixed_q_len_decode"), _target("forward_extend")),
+    condition=_xqa_mask_condition,
+    wrapper=_xqa_mask_wrapper,
+)
+
+PATCHES = (FIXED_WIDTH_CAPTURE, FIXED_WIDTH_REPLAY, FIXED_WIDTH_EAGER, EAGER_CHECK, GRAPH_CU_SEQLENS_Q, XQA_MASK)

@@ -124,6 +124,7 @@ class Batch:
             token_to_kv_pool=harness.runner.token_to_kv_pool, req_to_token_pool=harness.runner.req_to_token_pool,
             # what a drafter reusing EAGLE's verify input at the configured ndt carries
             spec_info=types.SimpleNamespace(draft_token_num=harness.ndt, custom_mask=None, topk=1, positions=None),
+            spec_algorithm=harness.runner.spec_algorithm,
         )
 
 

@@ -24,3 +24,26 @@ def sglang_loaded(monkeypatch, tmp_path):
     reset_plugin_state()
     yield load
     reset_plugin_state()
+
+
+SBD_TOML = """
+[plugins]
+enable = ["sbd"]
+[algorithms.SBD]
+max_tokens_per_req = 8
+verify_width = {width}
+"""
+
+
+@pytest.fixture
+def sbd(sglang_loaded):
+    """``sbd(width)`` -> the example SBD plugin algorithm, loaded through
+    SGLang's plugin loading, verifying ``width`` tokens; maximum width 8."""
+
+    def load(width: int):
+        from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+        sglang_loaded(SBD_TOML.format(width=width))
+        return SpeculativeAlgorithm.from_string("SBD")
+
+    return load

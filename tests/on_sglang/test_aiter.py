@@ -34,14 +34,14 @@ FIXES = {
 # The verdicts read off each release's source (shared/sglang-compat.md); other releases: any non-refused plan.
 A, N = "apply", "not needed"
 EXPECTED = {
-    "0.5.12.post1": dict(eager_width=A, graph_width=N, graph_width_capture=A, graph_width_replay=A, seqused_k=A),
-    "0.5.13": dict(eager_width=A, graph_width=A, graph_width_capture=N, graph_width_replay=N, seqused_k=A),
-    "0.5.14": dict(eager_width=A, graph_width=A, graph_width_capture=N, graph_width_replay=N, seqused_k=A),
-    "0.5.16": dict(eager_width=A, graph_width=A, graph_width_capture=N, graph_width_replay=N, seqused_k=A),
-    "0.5.17": dict(eager_width=N, graph_width=N, graph_width_capture=N, graph_width_replay=N, seqused_k=N),
-    "0.5.19": dict(eager_width=A, graph_width=N, graph_width_capture=N, graph_width_replay=N, seqused_k=A),
-    "0.5.21": dict(eager_width=N, graph_width=N, graph_width_capture=N, graph_width_replay=N, seqused_k=N),
-    "0.5.23": dict(eager_width=N, graph_width=N, graph_width_capture=N, graph_width_replay=N, seqused_k=N),
+    "0.5.12.post1": dict(eager_width=A, eager_check=N, graph_width=N, graph_width_capture=A, graph_width_replay=A, seqused_k=A),
+    "0.5.13": dict(eager_width=A, eager_check=N, graph_width=A, graph_width_capture=N, graph_width_replay=N, seqused_k=A),
+    "0.5.14": dict(eager_width=A, eager_check=N, graph_width=A, graph_width_capture=N, graph_width_replay=N, seqused_k=A),
+    "0.5.16": dict(eager_width=A, eager_check=N, graph_width=A, graph_width_capture=N, graph_width_replay=N, seqused_k=A),
+    "0.5.17": dict(eager_width=N, eager_check=A, graph_width=N, graph_width_capture=N, graph_width_replay=N, seqused_k=N),
+    "0.5.19": dict(eager_width=A, eager_check=N, graph_width=N, graph_width_capture=N, graph_width_replay=N, seqused_k=A),
+    "0.5.21": dict(eager_width=N, eager_check=A, graph_width=N, graph_width_capture=N, graph_width_replay=N, seqused_k=N),
+    "0.5.23": dict(eager_width=N, eager_check=A, graph_width=N, graph_width_capture=N, graph_width_replay=N, seqused_k=N),
 }
 
 
@@ -170,60 +170,55 @@ def test_builtin_width_metadata_is_unchanged(make, mode):
     assert torch.equal(out, out_patched)
 
 
-def test_non_uniform_batch_is_an_error(make, patched):
-    harness = make()
-    batch = harness.batch([5, 9], 2)
-    fb = batch.forward_batch(harness)
-    fb.input_ids = torch.zeros(5, dtype=torch.int64)
-    if PLANS["aiter.eager_width"] != "apply":
-        pytest.skip(f"SGLang {RELEASE} derives the eager width itself")
-    with pytest.raises(VerifyLayoutError, match="do not split evenly"):
+BAD_BATCHES = {  # input_ids for a batch of 2 requests: (count, error)
+    "non-uniform": (5, "do not split evenly"),
+    "above the maximum": (18, r"algorithm SBD \(plugin sbd\): width 9 \(18 tokens / 2 requests\) is above the maximum 8"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_BATCHES)
+def test_bad_batch_is_refused_before_the_layout(make, sbd, case):
+    """A non-uniform batch, or one above the plugin's maximum width, raises on
+    every release; unpatched, the release lays it out without a word."""
+    from sglang_spec_plugins.patches import PATCHES
+
+    tokens, message = BAD_BATCHES[case]
+    harness = make(spec_algorithm=sbd(2))  # the loader has applied every patch
+    fb = harness.batch([5, 9], 2).forward_batch(harness)
+    fb.input_ids = torch.zeros(tokens, dtype=torch.int64)
+    with pytest.raises(VerifyLayoutError, match=message):
         harness.eager(harness.backend(), fb)
+    revert_all(PATCHES)
+    harness.eager(harness.backend(), fb)
 
 
-SBD = """
-[plugins]
-enable = ["sbd"]
-[algorithms.SBD]
-max_tokens_per_req = 8
-verify_width = {width}
-"""
-
-
-def _sbd(sglang_loaded, width):
-    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
-
-    sglang_loaded(SBD.format(width=width))
-    return SpeculativeAlgorithm.from_string("SBD")
-
-
-def test_mla_refuses_a_plugin_width_other_than_ndt(make, patched, sglang_loaded):
-    harness = make(mla=True, spec_algorithm=_sbd(sglang_loaded, 2))
+def test_mla_refuses_a_plugin_width_other_than_ndt(make, patched, sbd):
+    harness = make(mla=True, spec_algorithm=sbd(2))
     with pytest.raises(EngineError, match=r"SBD verifies 2 tokens.*AiterAttnBackend.*speculative_num_draft_tokens=4"):
         harness.backend()
 
 
-def test_mla_draft_worker_that_never_verifies_builds(make, patched, sglang_loaded):
-    harness = make(mla=True, spec_algorithm=_sbd(sglang_loaded, 2))
+def test_mla_draft_worker_that_never_verifies_builds(make, patched, sbd):
+    harness = make(mla=True, spec_algorithm=sbd(2))
     harness.runner.is_draft_worker = True
     assert harness.backend().use_mla
 
 
-def test_mla_unpatched_builds_silently_at_a_wrong_width(make, sglang_loaded):
+def test_mla_unpatched_builds_silently_at_a_wrong_width(make, sbd):
     """Evidence: without the patch, the MLA backend accepts the plugin and keeps ndt."""
     from sglang_spec_plugins.patches import PATCHES, revert_all
 
-    algorithm = _sbd(sglang_loaded, 2)
+    algorithm = sbd(2)
     revert_all(PATCHES)  # the loader applied them; this is the unpatched release
     backend = make(mla=True, spec_algorithm=algorithm).backend()
     assert backend.use_mla and backend.num_draft_tokens == NDT
 
 
 @pytest.mark.parametrize("mla", (True, False))
-def test_backend_builds_where_the_width_is_supported(make, patched, sglang_loaded, mla):
+def test_backend_builds_where_the_width_is_supported(make, patched, sbd, mla):
     """MLA at width == ndt, non-MLA at any width, and a built-in algorithm all build."""
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
-    algorithm = _sbd(sglang_loaded, NDT if mla else 2)
+    algorithm = sbd(NDT if mla else 2)
     assert make(mla=mla, spec_algorithm=algorithm).backend().use_mla == mla
     assert make(mla=mla, spec_algorithm=SpeculativeAlgorithm.EAGLE).backend().use_mla == mla

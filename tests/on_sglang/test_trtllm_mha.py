@@ -13,6 +13,7 @@ import random
 
 import pytest
 import torch
+from packaging.version import Version
 
 import trtllm_harness as h
 from sglang_spec_plugins import verify_layout
@@ -92,7 +93,9 @@ def test_plans_cover_this_release():
     plans = plan_all(trtllm_mha.PATCHES, RELEASE)
     assert "refused" not in {p.verdict for p in plans.values()}, plans
     wanted = {"trtllm_mha.fixed_width_capture", "trtllm_mha.fixed_width_replay", "trtllm_mha.fixed_width_eager"} if legacy() \
-        else {"trtllm_mha.graph_cu_seqlens_q"}
+        else {"trtllm_mha.eager_check", "trtllm_mha.graph_cu_seqlens_q"}
+    if Version(RELEASE) >= Version("0.5.21"):  # the XQA spec-decode mask (read off the wheels)
+        wanted.add("trtllm_mha.xqa_mask")
     assert {n for n, p in plans.items() if p.verdict == "apply"} == wanted
 
 
@@ -139,13 +142,14 @@ def test_oracle_patched(monkeypatch, patched, page_size, seed):
             assert got["max_seq_len_k"] == verify_layout.max_seq_len_k(batch.prefixes, width)
 
 
-# The phase each patch fixes: with the patch off (the others on), that phase's
-# attention at width 2 (ndt 4) no longer matches the batch definition.
+# The phase each layout patch fixes: with the patch off (the others on), that
+# phase's attention at width 2 (ndt 4) no longer matches the batch definition.
+# (trtllm_mha.eager_check changes no layout: test_bad_eager_batch_is_refused.)
 PATCH_PHASE = {"trtllm_mha.fixed_width_capture": "capture", "trtllm_mha.fixed_width_replay": "replay",
                "trtllm_mha.fixed_width_eager": "eager", "trtllm_mha.graph_cu_seqlens_q": "capture"}
 
 
-@pytest.mark.parametrize("patch", trtllm_mha.PATCHES, ids=lambda p: p.name)
+@pytest.mark.parametrize("patch", [p for p in trtllm_mha.PATCHES if p.name in PATCH_PHASE], ids=lambda p: p.name)
 def test_each_patch_is_needed(monkeypatch, patch):
     if patch.plan(RELEASE).verdict != "apply":
         pytest.skip(f"{patch.name}: {patch.plan(RELEASE).reason}")
@@ -172,6 +176,29 @@ def test_non_uniform_capture_is_refused(monkeypatch, patched):
         fb.positions = torch.zeros(7, dtype=torch.int64)
         with pytest.raises(VerifyLayoutError, match="do not split evenly"):
             h.init_metadata(attn, fb, "capture")
+
+
+BAD_BATCHES = {  # input_ids for a batch of 3 requests: (count, error)
+    "non-uniform": (7, "do not split evenly"),
+    "above the maximum": (27, r"eager, algorithm SBD \(plugin sbd\): width 9 \(27 tokens / 3 requests\) is above the maximum 8"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_BATCHES)
+def test_bad_eager_batch_is_refused(monkeypatch, sbd, case):
+    """A non-uniform batch, or one above the plugin's maximum width, raises on
+    every release; unpatched, the release lays it out without a word."""
+    from sglang_spec_plugins.patches import PATCHES
+
+    tokens, message = BAD_BATCHES[case]
+    algorithm = sbd(2)  # the loader has applied every patch
+    with h.backend(monkeypatch, NDT, 16, MAX_BS) as attn:
+        fb = h.forward_batch(h.make_batch(attn, [5, 17, 3], 2, torch.Generator().manual_seed(0)), attn)
+        fb.spec_algorithm, fb.input_ids = algorithm, torch.zeros(tokens, dtype=torch.int64)
+        with pytest.raises(VerifyLayoutError, match=message):
+            h.init_metadata(attn, fb, "eager")
+        revert_all(PATCHES)
+        h.init_metadata(attn, fb, "eager")
 
 
 def test_sglang_kit_spec_verify_case_through_the_patched_backend(monkeypatch, patched):
@@ -203,3 +230,52 @@ def test_sglang_kit_spec_verify_case_through_the_patched_backend(monkeypatch, pa
         with h.single_attention_rank(monkeypatch), torch.no_grad():
             run_dense_spec_verify_case(unittest.TestCase(), case, topk=1, spec_kind="eagle", device="cpu",
                                        dtype=torch.float32)
+
+
+def test_ragged_verify_batch_is_left_to_the_release(monkeypatch, patched):
+    """0.5.16+: a ragged verify batch (per-request lengths in its layout) is
+    not a uniform batch; eager_check lets the release lay it out."""
+    import importlib.util
+    from types import SimpleNamespace
+
+    if importlib.util.find_spec("sglang.srt.speculative.ragged_verify") is None:
+        pytest.skip(f"SGLang {RELEASE} has no ragged verify")
+    from sglang.srt.speculative.ragged_verify import RaggedVerifyLayout
+
+    lens = [1, 3, 3]
+    with h.backend(monkeypatch, NDT, 16, MAX_BS) as attn:
+        fb = h.forward_batch(h.make_batch(attn, [5, 17, 3], 2, torch.Generator().manual_seed(0)), attn)
+        layout = RaggedVerifyLayout.from_verify_lens(verify_lens_cpu=lens, device="cpu", grid=[8])
+        fb.input_ids, fb.spec_info = torch.zeros(sum(lens), dtype=torch.int64), SimpleNamespace(ragged_verify_layout=layout)
+        m = h.init_metadata(attn, fb, "eager")
+    assert m.is_ragged_verify and m.cu_seqlens_q.tolist() == [0, 1, 4, 7]
+
+
+@pytest.mark.parametrize("width", [2, 3, NDT, 6])
+@pytest.mark.parametrize("phase", PHASES)
+def test_xqa_spec_decode_mask_follows_the_width(monkeypatch, sbd, width, phase):
+    """SM90/SM120 (0.5.21+): the real forward hands XQA a causal mask; with the
+    patch, attention at any width matches the batch definition; without it,
+    a width other than ndt attends wrongly (or reads past the mask)."""
+    from sglang_spec_plugins.patches import PATCHES
+
+    if trtllm_mha.XQA_MASK.plan(RELEASE).verdict != "apply":
+        pytest.skip(trtllm_mha.XQA_MASK.plan(RELEASE).reason)
+    algorithm = sbd(width)  # the loader has applied every patch
+
+    def attention():
+        with h.backend(monkeypatch, NDT, 16, MAX_BS, sm90=True) as attn:
+            gen = torch.Generator().manual_seed(width)
+            for step in ("capture", "replay") if phase == "replay" else (phase,):  # a replay follows its capture
+                batch = h.make_batch(attn, [5, 17, 3] if step != "replay" else [9, 30, 2], width, gen)
+                fb = h.forward_batch(batch, attn)
+                fb.spec_algorithm = algorithm
+                h.init_metadata(attn, fb, step)
+            try:
+                return torch.allclose(h.forward(attn, fb, batch), h.reference_attention(batch, attn), atol=1e-5, rtol=1e-4)
+            except IndexError:  # XQA would read past the mask
+                return False
+
+    assert attention()
+    revert_all(PATCHES)
+    assert attention() == (width == NDT)

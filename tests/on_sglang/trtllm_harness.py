@@ -50,10 +50,15 @@ def bind_stand_ins(monkeypatch) -> None:
 
 
 def _decode_kernel(query, kv_cache, workspace_buffer, block_tables, seq_lens, max_seq_len, bmm1_scale, bmm2_scale,
-                   q_len_per_req=1, out=None, out_dtype=None, **_):
+                   q_len_per_req=1, out=None, out_dtype=None, mask=None, **_):
     """A torch stand-in for flashinfer's trtllm_batch_decode_with_kv_cache on
     the uniform TARGET_VERIFY path: ``q_len_per_req`` queries per request,
-    keys through the page table (HND pages), causal within the block."""
+    keys through the page table (HND pages), causal within the block; or,
+    given a ``mask`` (the XQA kernel on SM90/SM120), masked within the block
+    as XQA reads it: request i's rows are the ``q_len_per_req`` rows at row
+    ``i * q_len_per_req`` of the mask's memory (flashinfer csrc/xqa/mha.cu
+    shifts the mask pointer by ``reqSeqOffset * words``), bit c of row t
+    letting query t see new token c."""
     k_pages, v_pages = kv_cache
     page = k_pages.shape[2]
     result = torch.empty(query.shape, dtype=torch.float32)
@@ -62,7 +67,8 @@ def _decode_kernel(query, kv_cache, workspace_buffer, block_tables, seq_lens, ma
         pages = block_tables[i, pos // page].long()
         rows = slice(i * q_len_per_req, (i + 1) * q_len_per_req)
         k, v = k_pages[pages, :, pos % page].float(), v_pages[pages, :, pos % page].float()
-        result[rows] = _attend(query[rows].float(), k, v, kv_len - q_len_per_req, bmm1_scale) * bmm2_scale
+        block = None if mask is None else _xqa_block(mask, i, q_len_per_req)
+        result[rows] = _attend(query[rows].float(), k, v, kv_len - q_len_per_req, bmm1_scale, block) * bmm2_scale
     result = result.to(out_dtype or query.dtype)
     return result if out is None else out.copy_(result)
 
@@ -209,7 +215,7 @@ def forward_batch(batch: Batch, backend):
         seq_lens_cpu=batch.seq_lens.clone(), seq_lens_sum=int(batch.seq_lens.sum()),
         req_pool_indices=batch.req_pool_indices, req_to_token_pool=_RUNNERS[backend].req_to_token_pool,
         encoder_lens=None, out_cache_loc=None, spec_info=None, kv_loc_plan=plan, extend_seq_lens_cpu=None,
-        extend_prefix_lens_cpu=None, attn_cp_metadata=None,
+        extend_prefix_lens_cpu=None, attn_cp_metadata=None, spec_algorithm=None,
     )
 
 
@@ -219,13 +225,18 @@ def kv_buffers(attn):
 
 
 @contextlib.contextmanager
-def backend(monkeypatch, ndt: int, page_size: int, max_bs: int):
+def backend(monkeypatch, ndt: int, page_size: int, max_bs: int, sm90: bool = False):
     """A TRTLLMHAAttnBackend with ``speculative_num_draft_tokens=ndt`` and its
-    CUDA-graph state for ``max_bs`` requests of up to ``ndt`` tokens."""
+    CUDA-graph state for ``max_bs`` requests of up to ``ndt`` tokens.
+    ``sm90``: the platform reports a Hopper GPU (the backend takes its XQA
+    path; 0.5.21+ builds the spec-decode mask), as SGLang's platform probe
+    would there; the decode stand-in then reads the mask like XQA."""
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
     monkeypatch.setenv("SGLANG_FLASHINFER_WORKSPACE_SIZE", str(1 << 20))  # the default allocates 512 MiB
     bind_stand_ins(monkeypatch)
+    if sm90:
+        monkeypatch.setattr(_module(TRTLLM), "get_platform", lambda: SimpleNamespace(is_sm90=True, is_sm120=False))
     with _published(monkeypatch, ndt, max_bs) as server_args:
         runner = _model_runner(server_args, page_size, max_bs)
         runner.spec_algorithm = SpeculativeAlgorithm.EAGLE
@@ -254,6 +265,18 @@ def init_metadata(attn, fb, phase: str):
         if hasattr(attn, "init_forward_metadata_in_graph"):
             attn.init_forward_metadata_in_graph(fb)
     return attn.forward_metadata
+
+
+def forward(attn, fb, batch: Batch) -> torch.Tensor:
+    """The backend's own TARGET_VERIFY ``forward_extend`` for ``batch`` (after
+    its metadata), through a real RadixAttention layer; KV already in the pool."""
+    from sglang.srt.layers.radix_attention import RadixAttention
+
+    layer = RadixAttention(NUM_HEADS, HEAD_DIM, HEAD_DIM**-0.5, NUM_KV_HEADS, layer_id=0)
+    n = batch.q.shape[0]
+    unused_kv = torch.zeros(n, NUM_KV_HEADS, HEAD_DIM)
+    out = attn.forward_extend(batch.q.reshape(n, -1), unused_kv, unused_kv, layer, fb, save_kv_cache=False)
+    return out.reshape(batch.q.shape)
 
 
 def paged_attention(m, q, k_cache, v_cache, page_size: int) -> torch.Tensor:
@@ -285,10 +308,24 @@ def reference_attention(batch: Batch, attn) -> torch.Tensor:
     return out
 
 
-def _attend(q, k, v, offset: int, scale: float = HEAD_DIM**-0.5) -> torch.Tensor:
-    """Causal GQA attention: query t sees keys 0..offset+t."""
+def _xqa_block(mask, request: int, q_len: int) -> torch.Tensor:
+    """``[q_len, q_len]`` bool: which new tokens each query of ``request`` may see, read like XQA."""
+    words = mask.shape[-1]
+    flat = mask.reshape(-1, words).to(torch.int32)
+    rows = flat[request * q_len:(request + 1) * q_len]
+    if rows.shape[0] < q_len:
+        raise IndexError(f"XQA would read mask rows past the mask for request {request} ({q_len} rows per request)")
+    col = torch.arange(q_len)
+    return (rows[:, col // 16] >> (col % 16)[None, :]) & 1 == 1
+
+
+def _attend(q, k, v, offset: int, scale: float = HEAD_DIM**-0.5, block=None) -> torch.Tensor:
+    """GQA attention: query t sees keys 0..offset and new keys by ``block``
+    (``[q, q]`` bool; default causal, new keys 0..t)."""
     k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
     v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
     scores = torch.einsum("qhd,khd->hqk", q, k) * scale
     mask = torch.arange(k.shape[0])[None, :] > offset + torch.arange(q.shape[0])[:, None]
+    if block is not None:
+        mask[:, offset:] = ~block
     return torch.einsum("hqk,khd->qhd", scores.masked_fill(mask, float("-inf")).softmax(-1), v)

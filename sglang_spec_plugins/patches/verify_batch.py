@@ -1,0 +1,56 @@
+"""The width of a TARGET_VERIFY ``ForwardBatch``, checked before a backend lays it out.
+
+Every release's attention backends lay a TARGET_VERIFY batch out at one width
+per request. Where a release derives it as ``num_tokens // batch_size`` a
+batch whose tokens do not split evenly is silently floored, and nothing
+bounds the width by what the algorithm declared. :func:`batch_width` is the
+one check all backend patches run: uniform (``verify_layout.width_of``) and at
+most the plugin algorithm's maximum width.
+
+Ragged verify batches (0.5.16+, ``spec_info.ragged_verify_layout``) carry
+their own per-request lengths and are left to the backends that read them.
+CUDA-graph captures carry no algorithm; the patches check them for
+uniformity only, since the runner captures at the width the algorithm
+answered, which its policy already bounded by the maximum.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable, Optional
+
+from ..engine.algorithm import _PolicyMethods
+from ..verify_layout import width_of
+
+
+def batch_width(forward_batch, num_draft_tokens: int, where: str) -> Optional[int]:
+    """The uniform width of a TARGET_VERIFY batch; None for other modes and
+    ragged layouts. Raises VerifyLayoutError (naming ``where`` and the plugin
+    algorithm) when the tokens do not split evenly over the requests, or the
+    width is above a plugin algorithm's maximum width at ``num_draft_tokens``
+    (a built-in algorithm's width is ndt, which SGLang sizes everything by)."""
+    if not forward_batch.forward_mode.is_target_verify():
+        return None
+    if getattr(getattr(forward_batch, "spec_info", None), "ragged_verify_layout", None) is not None:
+        return None
+    algorithm, limit = getattr(forward_batch, "spec_algorithm", None), None
+    if isinstance(algorithm, _PolicyMethods):
+        limit = algorithm.policy.max_width(num_draft_tokens)
+        where = f"{where}, algorithm {algorithm.policy.algorithm} (plugin {algorithm.policy.plugin})"
+    return width_of(forward_batch.input_ids.shape[0], forward_batch.batch_size, limit, where=where)
+
+
+def checking(ndt_of: Callable[[object], int], where: str):
+    """A wrapper builder for an eager ``init_forward_metadata(self, forward_batch)``
+    that derives the width itself: check the batch with :func:`batch_width`
+    (``ndt_of(backend)``: the backend's configured ndt), then run the original."""
+
+    def wrapper(original):
+        @functools.wraps(original)
+        def init_forward_metadata(self, forward_batch, *args, **kwargs):
+            batch_width(forward_batch, ndt_of(self), where)
+            return original(self, forward_batch, *args, **kwargs)
+
+        return init_forward_metadata
+
+    return wrapper
