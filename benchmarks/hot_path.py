@@ -4,8 +4,12 @@ Side by side in one process on real SGLang: the width and draft answers from
 (a) a built-in enum member, (b) a stock CustomSpecAlgo registered directly,
 (c) a plugin algorithm registered by our loader (cached policy), plus the
 loader's own start-up time (SGLang's load_plugins() with the bundled
-plugins.toml). Prints a table and writes JSON (with machine and date) when
-given --out.
+plugins.toml). Then what the attention-backend wrappers add per call, each
+against the same call unwrapped: the eager TARGET_VERIFY batch check
+(``verify_batch.checking``, once per forward step in eager mode) and the XQA
+mask wrapper (``trtllm_mha.xqa_mask``, once per layer per verify step),
+around a no-op so that only the wrapper is timed. Prints tables and writes
+JSON (with machine and date) when given --out.
 
     .venv/bin/python benchmarks/hot_path.py --out benchmarks/results/hot_path.json
 """
@@ -60,12 +64,16 @@ def main():
             "width_ns": per_call_ns(lambda: width(16, False)),
             "draft_may_verify_ns": per_call_ns(draft),
         }
+    wrappers = wrapper_costs(subjects)
     base = rows["stock CustomSpecAlgo"]
     print(f"loader start-up (SGLang load_plugins(), 2 plugins, 2 algorithms): {load_ms:.1f} ms")
     print(f"{'subject':<26}{'width ns':>10}{'ratio':>8}{'draft ns':>10}{'ratio':>8}")
     for label, row in rows.items():
         print(f"{label:<26}{row['width_ns']:>10.1f}{row['width_ns'] / base['width_ns']:>8.2f}"
               f"{row['draft_may_verify_ns']:>10.1f}{row['draft_may_verify_ns'] / base['draft_may_verify_ns']:>8.2f}")
+    print(f"{'backend wrapper':<52}{'ns':>8}{'bare ns':>9}{'added':>8}")
+    for label, (wrapped, bare) in wrappers.items():
+        print(f"{label:<52}{wrapped:>8.1f}{bare:>9.1f}{wrapped - bare:>8.1f}")
     if args.out:
         import sglang
         import torch
@@ -78,7 +86,37 @@ def main():
             "loader_startup_ms": round(load_ms, 1),
             "per_call_ns": {k: {m: round(v, 1) for m, v in r.items()} for k, r in rows.items()},
             "ratio_to_stock": {k: round(r["width_ns"] / base["width_ns"], 2) for k, r in rows.items()},
+            "backend_wrappers_ns": {k: {"wrapped": round(w, 1), "bare": round(b, 1), "added": round(w - b, 1)}
+                                    for k, (w, b) in wrappers.items()},
         }, indent=2) + "\n")
+
+
+def wrapper_costs(subjects):
+    """{label: (wrapped ns, bare ns)} for the backend wrappers around a no-op."""
+    from types import SimpleNamespace
+
+    import torch
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+    from sglang_spec_plugins.patches.trtllm_mha import _xqa_mask_wrapper
+    from sglang_spec_plugins.patches.verify_batch import checking
+
+    def noop(self, *args, **kwargs):
+        return None
+
+    backend = SimpleNamespace(speculative_num_draft_tokens=4)
+    check = checking(lambda b: b.speculative_num_draft_tokens, "bench")(noop)
+    out = {}
+    for label in ("built-in EAGLE (enum)", "plugin algorithm SBD"):
+        fb = SimpleNamespace(forward_mode=ForwardMode.TARGET_VERIFY, spec_info=None, spec_algorithm=subjects[label],
+                             input_ids=torch.zeros(32, dtype=torch.int64), batch_size=8)
+        out[f"eager batch check, {label}"] = (per_call_ns(lambda: check(backend, fb)), per_call_ns(lambda: noop(backend, fb)))
+    xqa = _xqa_mask_wrapper(noop)
+    mask = torch.zeros(9, 4, 2, dtype=torch.uint16)
+    for width in (4, 2):
+        kw = dict(q_len_per_req=width, mask=mask)
+        out[f"xqa mask, width {width} (ndt 4)"] = (per_call_ns(lambda: xqa(backend, **kw)), per_call_ns(lambda: noop(backend, **kw)))
+    return out
 
 
 if __name__ == "__main__":

@@ -8,6 +8,8 @@ are names SGLang leaves unbound without CUDA (see shared/cpu-harness.md).
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 
 
 def install_stand_ins() -> None:
@@ -21,6 +23,33 @@ def install_stand_ins() -> None:
             torch.library.define(f"torchvision::{op}", "(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
         except RuntimeError:
             pass  # already defined in this process
+
+
+def absent_kernel_package(monkeypatch, name: str, *submodules: str) -> None:
+    """For one test, a stand-in for a CUDA-only kernel package that is not
+    installed on a CPU machine (``sgl_kernel``), for SGLang modules that import
+    from it unguarded at their top: every name imported from it, or from its
+    ``submodules``, is a function that fails when called, since the tests must
+    never reach a CUDA kernel."""
+
+    def stand_in(module_name):
+        module = types.ModuleType(module_name)
+
+        def __getattr__(attr):
+            if attr.startswith("__"):
+                raise AttributeError(attr)
+
+            def unreachable(*args, **kwargs):
+                raise AssertionError(f"the CUDA kernel {module_name}.{attr} was called on a CPU")
+
+            return unreachable
+
+        module.__getattr__ = __getattr__
+        return module
+
+    monkeypatch.setitem(sys.modules, name, stand_in(name))
+    for sub in submodules:
+        monkeypatch.setitem(sys.modules, f"{name}.{sub}", stand_in(f"{name}.{sub}"))
 
 
 def reset_plugin_state() -> None:

@@ -20,7 +20,7 @@ import functools
 from typing import Callable, Optional
 
 from ..engine.algorithm import _PolicyMethods
-from ..verify_layout import width_of
+from ..verify_layout import VerifyLayoutError, width_of
 
 
 def batch_width(forward_batch, num_draft_tokens: int, where: str) -> Optional[int]:
@@ -33,11 +33,15 @@ def batch_width(forward_batch, num_draft_tokens: int, where: str) -> Optional[in
         return None
     if getattr(getattr(forward_batch, "spec_info", None), "ragged_verify_layout", None) is not None:
         return None
-    algorithm, limit = getattr(forward_batch, "spec_algorithm", None), None
-    if isinstance(algorithm, _PolicyMethods):
-        limit = algorithm.policy.max_width(num_draft_tokens)
-        where = f"{where}, algorithm {algorithm.policy.algorithm} (plugin {algorithm.policy.plugin})"
-    return width_of(forward_batch.input_ids.shape[0], forward_batch.batch_size, limit, where=where)
+    algorithm = getattr(forward_batch, "spec_algorithm", None)
+    policy = algorithm.policy if isinstance(algorithm, _PolicyMethods) else None
+    try:
+        return width_of(forward_batch.input_ids.shape[0], forward_batch.batch_size,
+                        policy.max_width(num_draft_tokens) if policy else None, where=where)
+    except VerifyLayoutError as exc:
+        if policy is None:
+            raise
+        raise VerifyLayoutError(f"{exc} (algorithm {policy.algorithm}, plugin {policy.plugin})") from None
 
 
 def checking(ndt_of: Callable[[object], int], where: str):

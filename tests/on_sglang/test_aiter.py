@@ -172,7 +172,7 @@ def test_builtin_width_metadata_is_unchanged(make, mode):
 
 BAD_BATCHES = {  # input_ids for a batch of 2 requests: (count, error)
     "non-uniform": (5, "do not split evenly"),
-    "above the maximum": (18, r"algorithm SBD \(plugin sbd\): width 9 \(18 tokens / 2 requests\) is above the maximum 8"),
+    "above the maximum": (18, r"aiter TARGET_VERIFY: width 9 \(18 tokens / 2 requests\) is above the maximum 8 \(algorithm SBD, plugin sbd\)"),
 }
 
 

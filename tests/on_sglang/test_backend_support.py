@@ -23,6 +23,7 @@ import pytest
 import torch
 from packaging.version import Version
 
+from sglang_cpu import absent_kernel_package
 from sglang_spec_plugins.engine.probe import probe
 from sglang_spec_plugins.errors import EngineError
 from sglang_spec_plugins.patches.backend_support import FA3, PATCHES, TRITON, backend_support
@@ -53,9 +54,7 @@ def ignores_width(backend, is_draft_worker):
 @pytest.fixture
 def backends(monkeypatch):
     """The backend classes, importable on a CPU."""
-    stub = types.ModuleType("sgl_kernel")
-    stub.merge_state_v2 = None  # imported, unguarded, at FA3's module top; only its forward calls it
-    monkeypatch.setitem(sys.modules, "sgl_kernel", stub)  # the CUDA kernel package, absent on CPU (shared/cpu-harness.md)
+    absent_kernel_package(monkeypatch, "sgl_kernel")  # FA3 imports merge_state_v2 unguarded at its top; only its forward calls it
     return {name: getattr(importlib.import_module(MODULES[name]), CLASSES[name]) for name in MODULES}
 
 

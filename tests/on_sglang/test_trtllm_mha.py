@@ -16,6 +16,7 @@ import torch
 from packaging.version import Version
 
 import trtllm_harness as h
+from sglang_cpu import absent_kernel_package
 from sglang_spec_plugins import verify_layout
 from sglang_spec_plugins.engine.probe import installed_version
 from sglang_spec_plugins.patches import trtllm_mha
@@ -180,7 +181,7 @@ def test_non_uniform_capture_is_refused(monkeypatch, patched):
 
 BAD_BATCHES = {  # input_ids for a batch of 3 requests: (count, error)
     "non-uniform": (7, "do not split evenly"),
-    "above the maximum": (27, r"eager, algorithm SBD \(plugin sbd\): width 9 \(27 tokens / 3 requests\) is above the maximum 8"),
+    "above the maximum": (27, r"eager: width 9 \(27 tokens / 3 requests\) is above the maximum 8 \(algorithm SBD, plugin sbd\)"),
 }
 
 
@@ -201,9 +202,38 @@ def test_bad_eager_batch_is_refused(monkeypatch, sbd, case):
         h.init_metadata(attn, fb, "eager")
 
 
-def test_sglang_kit_spec_verify_case_through_the_patched_backend(monkeypatch, patched):
+def _kit_publishes_ndt(monkeypatch, ndt):
+    """The kit publishes ndt = the case's width; make it publish ``ndt`` instead,
+    as a server whose plugin verifies fewer tokens than ndt would. Returns the
+    list of ndt values published."""
+    import importlib
+
+    published = []
+
+    kit = importlib.import_module("sglang.test.kits.attention_unittest.attention_methods.dense_attention")
+
+    def publishing(original):
+        def publish(*args, **kwargs):
+            if kwargs.get("speculative_num_draft_tokens"):
+                kwargs.update(speculative_num_draft_tokens=ndt, speculative_num_steps=ndt - 1)
+                published.append(ndt)
+            return original(*args, **kwargs)
+
+        return publish
+
+    if hasattr(kit, "make_mock_server_args"):  # up to 0.5.14
+        monkeypatch.setattr(kit, "make_mock_server_args", publishing(kit.make_mock_server_args))
+    else:  # 0.5.16+: a runtime-context override
+        context = type(kit.get_context())
+        monkeypatch.setattr(context, "override_server_args", publishing(context.override_server_args))
+    return published
+
+
+@pytest.mark.parametrize("width,ndt", [(3, 3), (2, NDT)], ids=["width=ndt", "width<ndt"])
+def test_sglang_kit_spec_verify_case_through_the_patched_backend(monkeypatch, patched, width, ndt):
     """SGLang's own attention kit (0.5.13+): its EAGLE verify case, real forward
-    (decode kernel: the harness's torch stand-in) against its dense reference."""
+    (decode kernel: the harness's torch stand-in) against its dense reference;
+    as the kit has it (width = ndt) and at a plugin's width below ndt."""
     import importlib.util
     import unittest
 
@@ -211,25 +241,24 @@ def test_sglang_kit_spec_verify_case_through_the_patched_backend(monkeypatch, pa
         pytest.skip(f"SGLang {RELEASE} ships no attention_unittest kit")
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
-    try:
-        from sglang.test.kits.attention_unittest.attention_methods.dense_attention import DenseAttentionCase
-        from sglang.test.kits.attention_unittest.runner_modes.speculative_target_verify_runner import (
-            run_dense_spec_verify_case,
-        )
-    except ModuleNotFoundError as exc:  # up to 0.5.19 the kit imports every backend, some need sgl_kernel
-        if exc.name != "sgl_kernel":
-            raise
-        pytest.skip(f"SGLang {RELEASE}'s attention kit imports sgl_kernel (CUDA only)")
+    # up to 0.5.19 the kit imports every backend, the dual-chunk one imports sgl_kernel (CUDA only) at its top
+    absent_kernel_package(monkeypatch, "sgl_kernel", "sparse_flash_attn")
+    from sglang.test.kits.attention_unittest.attention_methods.dense_attention import DenseAttentionCase
+    from sglang.test.kits.attention_unittest.runner_modes.speculative_target_verify_runner import (
+        run_dense_spec_verify_case,
+    )
 
     h.bind_stand_ins(monkeypatch)
     monkeypatch.setenv("SGLANG_FLASHINFER_WORKSPACE_SIZE", str(1 << 20))
+    published = _kit_publishes_ndt(monkeypatch, ndt)
     for page_size in (1, 16):
         case = DenseAttentionCase(name=f"verify_p{page_size}", backend="trtllm_mha", forward_mode=ForwardMode.TARGET_VERIFY,
                                   num_heads=4, num_kv_heads=2, page_size=page_size, prefix_lens=(5, 17, 30),
-                                  extend_lens=(3, 3, 3))
+                                  extend_lens=(width,) * 3)
         with h.single_attention_rank(monkeypatch), torch.no_grad():
             run_dense_spec_verify_case(unittest.TestCase(), case, topk=1, spec_kind="eagle", device="cpu",
                                        dtype=torch.float32)
+    assert published == [ndt, ndt]  # the backend was built at this ndt, once per page size
 
 
 def test_ragged_verify_batch_is_left_to_the_release(monkeypatch, patched):
