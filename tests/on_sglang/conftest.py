@@ -47,3 +47,4 @@ def sbd(sglang_loaded):
         return SpeculativeAlgorithm.from_string("SBD")
 
     return load
+

@@ -16,6 +16,7 @@ import torch
 from packaging.version import Version
 
 import trtllm_harness as h
+from batch_checks import bad_batches, refused_by_the_patches_only
 from sglang_cpu import absent_kernel_package
 from sglang_spec_plugins import verify_layout
 from sglang_spec_plugins.engine.probe import installed_version
@@ -179,27 +180,19 @@ def test_non_uniform_capture_is_refused(monkeypatch, patched):
             h.init_metadata(attn, fb, "capture")
 
 
-BAD_BATCHES = {  # input_ids for a batch of 3 requests: (count, error)
-    "non-uniform": (7, "do not split evenly"),
-    "above the maximum": (27, r"eager: width 9 \(27 tokens / 3 requests\) is above the maximum 8 \(algorithm SBD, plugin sbd\)"),
-}
+BAD_BATCHES = bad_batches("trtllm_mha TARGET_VERIFY eager", requests=3)
 
 
 @pytest.mark.parametrize("case", BAD_BATCHES)
 def test_bad_eager_batch_is_refused(monkeypatch, sbd, case):
     """A non-uniform batch, or one above the plugin's maximum width, raises on
     every release; unpatched, the release lays it out without a word."""
-    from sglang_spec_plugins.patches import PATCHES
-
     tokens, message = BAD_BATCHES[case]
     algorithm = sbd(2)  # the loader has applied every patch
     with h.backend(monkeypatch, NDT, 16, MAX_BS) as attn:
         fb = h.forward_batch(h.make_batch(attn, [5, 17, 3], 2, torch.Generator().manual_seed(0)), attn)
         fb.spec_algorithm, fb.input_ids = algorithm, torch.zeros(tokens, dtype=torch.int64)
-        with pytest.raises(VerifyLayoutError, match=message):
-            h.init_metadata(attn, fb, "eager")
-        revert_all(PATCHES)
-        h.init_metadata(attn, fb, "eager")
+        refused_by_the_patches_only(lambda: h.init_metadata(attn, fb, "eager"), message)
 
 
 def _kit_publishes_ndt(monkeypatch, ndt):
