@@ -35,6 +35,7 @@ import functools
 import inspect
 from typing import Tuple
 
+from ..errors import EngineError
 from ..verify_layout import packed_causal_mask, qo_indptr, width_of
 from .unit import Target, WrapPatch
 from .verify_batch import batch_width, checking
@@ -205,11 +206,18 @@ def _xqa_mask_condition(source: str) -> Tuple[str, str]:
 
 
 def _xqa_mask(backend, like, width: int):
-    """The batch mask (``like``'s requests) for ``width`` new tokens per request, built once per width."""
+    """The batch mask (``like``'s requests) for ``width`` new tokens per request,
+    built once per width and kept, so a CUDA graph captured with it reads it at
+    every replay. Built on the first forward at that width: the graph runners
+    run each forward twice before capturing it (a host-to-device copy cannot
+    be captured)."""
     import torch
 
     masks = vars(backend).setdefault(_MASKS, {})
     if width not in masks:
+        if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+            raise EngineError(f"trtllm_mha XQA: the spec-decode mask for width {width} was first needed inside a "
+                              "CUDA-graph capture; it must be built by a forward before the capture")
         block = torch.tensor(packed_causal_mask(width), dtype=torch.int32).to(torch.uint16)
         masks[width] = block.unsqueeze(0).expand(like.shape[0], -1, -1).contiguous().to(like.device)
     return masks[width]
