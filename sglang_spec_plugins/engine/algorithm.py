@@ -55,6 +55,12 @@ class _PolicyMethods:
             self.policy.validate(ndt)
 
 
+def policy_of(algorithm: Any) -> Optional[VerifyPolicy]:
+    """The policy behind a plugin algorithm; None for any other algorithm
+    (built-in enum member, a stock ``CustomSpecAlgo``, None)."""
+    return algorithm.policy if isinstance(algorithm, _PolicyMethods) else None
+
+
 @functools.lru_cache(maxsize=None)
 def plugin_base_class(probe: EngineProbe) -> type:
     """``CustomSpecAlgo`` + :class:`_PolicyMethods` + the enum's missing methods."""

@@ -21,9 +21,8 @@ from __future__ import annotations
 import copy
 import functools
 
-from ..engine.algorithm import _PolicyMethods
-from ..errors import EngineError
 from ..verify_layout import width_of
+from .backend_support import refuse_other_width
 from .source_edit import Edit
 from .unit import FunctionPatch, Target, WrapPatch
 from .verify_batch import batch_width, checking
@@ -219,20 +218,10 @@ def _mla_wrapper(original):
     @functools.wraps(original)
     def __init__(self, model_runner, *args, **kwargs):
         original(self, model_runner, *args, **kwargs)
-        algorithm = getattr(model_runner, "spec_algorithm", None)
-        if not (self.use_mla and isinstance(algorithm, _PolicyMethods) and self.num_draft_tokens):
-            return
-        policy, is_draft_worker = algorithm.policy, bool(getattr(model_runner, "is_draft_worker", False))
-        if is_draft_worker and not policy.draft_may_verify():
-            return  # this worker never runs TARGET_VERIFY
-        width = policy.width(self.num_draft_tokens, is_draft_worker)
-        if width != self.num_draft_tokens:
-            raise EngineError(
-                f"speculative algorithm {algorithm.name} verifies {width} tokens per request, but the aiter "
-                f"attention backend (AiterAttnBackend) on an MLA model supports only the fixed draft length "
-                f"speculative_num_draft_tokens={self.num_draft_tokens}; use a width equal to "
-                f"speculative_num_draft_tokens or another attention backend"
-            )
+        if self.use_mla and self.num_draft_tokens:
+            refuse_other_width("aiter (AiterAttnBackend)", model_runner, self.num_draft_tokens,
+                               "on an MLA model supports only the fixed draft length "
+                               f"speculative_num_draft_tokens={self.num_draft_tokens}")
 
     return __init__
 

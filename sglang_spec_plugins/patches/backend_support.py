@@ -19,6 +19,7 @@ EAGLE's draft extend. So where the width would be ignored the backend's
 ``__init__`` is wrapped to refuse, at start-up, a plugin algorithm whose width
 at the configured ndt differs from ndt on a worker that verifies.
 Built-in algorithms, and plugin widths equal to ndt, construct as before.
+:func:`refuse_other_width` is that refusal, also used by aiter's MLA patch.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import functools
 import re
 from typing import Dict, FrozenSet, Optional
 
-from ..engine.algorithm import _PolicyMethods
+from ..engine.algorithm import policy_of
 from ..engine.probe import EngineProbe, installed_version
 from ..errors import EngineError
 from .source_edit import source_of
@@ -77,22 +78,21 @@ def _ndt(model_runner) -> int:
     return get_spec().speculative_num_draft_tokens
 
 
-def _check(backend: str, model_runner, ignores: FrozenSet[bool]) -> None:
-    """Raise EngineError if this runner's plugin width would be ignored by ``backend``."""
-    algo = model_runner.spec_algorithm
+def refuse_other_width(backend: str, model_runner, ndt: int, lays_out: str) -> None:
+    """Raise EngineError if this runner's plugin algorithm verifies a width
+    other than ``ndt`` on a worker that runs TARGET_VERIFY; ``backend`` names
+    the attention backend, ``lays_out`` says what it does instead."""
+    policy = policy_of(model_runner.spec_algorithm)
     is_draft = bool(model_runner.is_draft_worker)
-    if not isinstance(algo, _PolicyMethods) or is_draft not in ignores:
-        return
-    if is_draft and not algo.policy.draft_may_verify():
-        return  # this draft worker never runs TARGET_VERIFY
-    ndt = _ndt(model_runner)
-    width = algo.policy.width(ndt, is_draft)
+    if policy is None or (is_draft and not policy.draft_may_verify()):
+        return  # a built-in algorithm, or a draft worker that never runs TARGET_VERIFY
+    width = policy.width(ndt, is_draft)
     if width != ndt:
         raise EngineError(
-            f"algorithm {algo.policy.algorithm} (plugin {algo.policy.plugin!r}) verifies {width} tokens per request on the "
+            f"algorithm {policy.algorithm} (plugin {policy.plugin!r}) verifies {width} tokens per request on the "
             f"{_WHO[is_draft]} worker at speculative_num_draft_tokens={ndt}, but SGLang {installed_version()}'s {backend} "
-            f"attention backend lays TARGET_VERIFY out at speculative_num_draft_tokens; choose another "
-            f"--attention-backend or a width equal to speculative_num_draft_tokens"
+            f"attention backend {lays_out}; choose another --attention-backend or a width equal to "
+            f"speculative_num_draft_tokens"
         )
 
 
@@ -112,7 +112,9 @@ def _guard(backend: str, shape):
 
         @functools.wraps(original)
         def __init__(self, model_runner, *args, **kwargs):
-            _check(backend, model_runner, ignores)
+            if bool(model_runner.is_draft_worker) in ignores:
+                refuse_other_width(backend, model_runner, _ndt(model_runner),
+                                   "lays TARGET_VERIFY out at speculative_num_draft_tokens")
             original(self, model_runner, *args, **kwargs)
 
         return __init__

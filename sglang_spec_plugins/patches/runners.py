@@ -12,7 +12,7 @@ exactly the release's own behaviour.
 
 from __future__ import annotations
 
-from ..engine.algorithm import _PolicyMethods
+from ..engine.algorithm import policy_of
 from ..engine.probe import DUMMY_RUN_LOCATIONS, GRAPH_RUNNER_LOCATIONS
 from .source_edit import Edit
 from .unit import FunctionPatch, Target
@@ -25,17 +25,15 @@ def verify_width(spec_algorithm, num_draft_tokens: int, is_draft_worker: bool) -
     """TARGET_VERIFY tokens per request: the plugin's width for plugin
     algorithms, ``num_draft_tokens`` (what the patched releases hard-code) for
     any other algorithm."""
-    if isinstance(spec_algorithm, _PolicyMethods):
-        return spec_algorithm.policy.width(num_draft_tokens, is_draft_worker)
-    return num_draft_tokens
+    policy = policy_of(spec_algorithm)
+    return num_draft_tokens if policy is None else policy.width(num_draft_tokens, is_draft_worker)
 
 
 def draft_may_verify(spec_algorithm) -> bool:
     """The draft-worker gate: the plugin's answer for plugin algorithms,
     ``is_dflash()`` (what the patched releases check) for any other."""
-    if isinstance(spec_algorithm, _PolicyMethods):
-        return spec_algorithm.policy.draft_may_verify()
-    return spec_algorithm.is_dflash()
+    policy = policy_of(spec_algorithm)
+    return spec_algorithm.is_dflash() if policy is None else policy.draft_may_verify()
 
 
 _HOOK_WIDTH_MARKERS = (
@@ -43,50 +41,40 @@ _HOOK_WIDTH_MARKERS = (
     "decode_num_tokens_per_bs(",
     "decode_num_tokens_per_req(",
 )
-_GATE_WHY = "lets a plugin's draft worker run TARGET_VERIFY when the plugin allows it"
-_WIDTH_WHY = "takes the TARGET_VERIFY width from the algorithm"
-_INJECTED = {_WIDTH: verify_width, _DRAFT: draft_may_verify}
 
-GRAPH_RUNNER = FunctionPatch(
-    name="runners.cuda_graph",
-    summary="decode CUDA-graph runner: capture width and draft-worker gate",
-    alternatives=tuple(Target(*where) for where in GRAPH_RUNNER_LOCATIONS),
-    edits=(
-        Edit(
-            old="if not self.model_runner.spec_algorithm.is_dflash():",
-            new=f"if not {_DRAFT}(self.model_runner.spec_algorithm):",
-            fixed_markers=("supports_target_verify_for_draft()",),
-            why=_GATE_WHY,
-        ),
-        Edit(
-            old="self.num_tokens_per_bs = self.speculative_num_draft_tokens",
-            new=f"self.num_tokens_per_bs = {_WIDTH}(self.model_runner.spec_algorithm, self.speculative_num_draft_tokens, self.model_runner.is_draft_worker)",
-            fixed_markers=_HOOK_WIDTH_MARKERS,
-            why=_WIDTH_WHY,
-        ),
-    ),
-    injected=_INJECTED,
-)
 
-DUMMY_RUN = FunctionPatch(
-    name="runners.dummy_run",
-    summary="dummy (warm-up) forward: width and draft-worker gate",
-    alternatives=tuple(Target(*where) for where in DUMMY_RUN_LOCATIONS),
-    edits=(
-        Edit(
-            old="if not self.spec_algorithm.is_dflash():",
-            new=f"if not {_DRAFT}(self.spec_algorithm):",
-            fixed_markers=("supports_target_verify_for_draft()",),
-            why=_GATE_WHY,
+def _runner_patch(name: str, summary: str, locations, runner: str, width_line: str) -> FunctionPatch:
+    """The gate and width edits of one runner function; ``runner`` is the
+    expression holding ``spec_algorithm`` and ``is_draft_worker`` there, and
+    ``width_line`` the ``target = ndt`` line that hard-codes the width."""
+    target, ndt = width_line.split(" = ")
+    return FunctionPatch(
+        name=name,
+        summary=summary,
+        alternatives=tuple(Target(*where) for where in locations),
+        edits=(
+            Edit(
+                old=f"if not {runner}.spec_algorithm.is_dflash():",
+                new=f"if not {_DRAFT}({runner}.spec_algorithm):",
+                fixed_markers=("supports_target_verify_for_draft()",),
+                why="lets a plugin's draft worker run TARGET_VERIFY when the plugin allows it",
+            ),
+            Edit(
+                old=width_line,
+                new=f"{target} = {_WIDTH}({runner}.spec_algorithm, {ndt}, {runner}.is_draft_worker)",
+                fixed_markers=_HOOK_WIDTH_MARKERS,
+                why="takes the TARGET_VERIFY width from the algorithm",
+            ),
         ),
-        Edit(
-            old="num_tokens_per_bs = self.server_args.speculative_num_draft_tokens",
-            new=f"num_tokens_per_bs = {_WIDTH}(self.spec_algorithm, self.server_args.speculative_num_draft_tokens, self.is_draft_worker)",
-            fixed_markers=_HOOK_WIDTH_MARKERS,
-            why=_WIDTH_WHY,
-        ),
-    ),
-    injected=_INJECTED,
-)
+        injected={_WIDTH: verify_width, _DRAFT: draft_may_verify},
+    )
+
+
+GRAPH_RUNNER = _runner_patch("runners.cuda_graph", "decode CUDA-graph runner: capture width and draft-worker gate",
+                             GRAPH_RUNNER_LOCATIONS, "self.model_runner",
+                             "self.num_tokens_per_bs = self.speculative_num_draft_tokens")
+DUMMY_RUN = _runner_patch("runners.dummy_run", "dummy (warm-up) forward: width and draft-worker gate",
+                          DUMMY_RUN_LOCATIONS, "self",
+                          "num_tokens_per_bs = self.server_args.speculative_num_draft_tokens")
 
 PATCHES = (GRAPH_RUNNER, DUMMY_RUN)

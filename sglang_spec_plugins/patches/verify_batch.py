@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 from typing import Callable, Optional
 
-from ..engine.algorithm import _PolicyMethods
+from ..engine.algorithm import policy_of
 from ..verify_layout import VerifyLayoutError, width_of
 
 
@@ -33,8 +33,7 @@ def batch_width(forward_batch, num_draft_tokens: int, where: str) -> Optional[in
         return None
     if getattr(getattr(forward_batch, "spec_info", None), "ragged_verify_layout", None) is not None:
         return None
-    algorithm = getattr(forward_batch, "spec_algorithm", None)
-    policy = algorithm.policy if isinstance(algorithm, _PolicyMethods) else None
+    policy = policy_of(getattr(forward_batch, "spec_algorithm", None))
     try:
         return width_of(forward_batch.input_ids.shape[0], forward_batch.batch_size,
                         policy.max_width(num_draft_tokens) if policy else None, where=where)

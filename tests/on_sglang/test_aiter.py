@@ -187,7 +187,7 @@ def test_bad_batch_is_refused_before_the_layout(make, sbd, case):
 
 def test_mla_refuses_a_plugin_width_other_than_ndt(make, patched, sbd):
     harness = make(mla=True, spec_algorithm=sbd(2))
-    with pytest.raises(EngineError, match=r"SBD verifies 2 tokens.*AiterAttnBackend.*speculative_num_draft_tokens=4"):
+    with pytest.raises(EngineError, match=r"algorithm SBD \(plugin 'sbd'\) verifies 2 tokens.*AiterAttnBackend.*MLA.*speculative_num_draft_tokens=4"):
         harness.backend()
 
 
