@@ -69,20 +69,32 @@ def _width_as_ndt(backend, width: int):
         backend.speculative_num_draft_tokens = ndt
 
 
+def _argument_reader(original):
+    """``read(args, kwargs, name)``: an argument of a call to the method
+    ``original`` (``args`` without self), its position looked up once here
+    rather than binding the signature on every call (a replay runs every step)."""
+    position = {name: i for i, name in enumerate(list(inspect.signature(original).parameters)[1:])}
+
+    def read(args, kwargs, name):
+        return kwargs[name] if name in kwargs else args[position[name]]
+
+    return read
+
+
 def _target_verify_wrapper(width_for):
     """A wrapper builder: for TARGET_VERIFY, run the original with the width
-    ``width_for(backend, arguments)`` in place of ndt."""
+    ``width_for(backend, arg)`` in place of ndt (``arg(name)``: the call's argument)."""
 
     def wrapper(original):
-        signature = inspect.signature(original)
+        read = _argument_reader(original)
+        batch_arg = "forward_batch" in inspect.signature(original).parameters
 
         @functools.wraps(original)
         def patched(self, *args, **kwargs):
-            arguments = signature.bind(self, *args, **kwargs).arguments
-            mode = arguments["forward_batch"].forward_mode if "forward_batch" in arguments else arguments["forward_mode"]
+            mode = read(args, kwargs, "forward_batch").forward_mode if batch_arg else read(args, kwargs, "forward_mode")
             if not mode.is_target_verify():
                 return original(self, *args, **kwargs)
-            with _width_as_ndt(self, width_for(self, arguments)):
+            with _width_as_ndt(self, width_for(self, lambda name: read(args, kwargs, name))):
                 return original(self, *args, **kwargs)
 
         return patched
@@ -107,7 +119,7 @@ FIXED_WIDTH_CAPTURE = WrapPatch(
     alternatives=(_target("init_forward_metadata_capture_cuda_graph"), _target("_build_cuda_graph_metadata")),
     condition=_legacy_condition((_DERIVED,), "derives the width from the captured shape"),
     wrapper=_target_verify_wrapper(
-        lambda self, a: width_of(a["num_tokens"], a["bs"], where="trtllm_mha TARGET_VERIFY capture")
+        lambda self, arg: width_of(arg("num_tokens"), arg("bs"), where="trtllm_mha TARGET_VERIFY capture")
     ),
 )
 
@@ -118,7 +130,7 @@ FIXED_WIDTH_REPLAY = WrapPatch(
     condition=_legacy_condition(_REPLAY_DERIVED, "takes the width from the captured metadata"),
     # A replay carries no token count: the graph replays the width it was
     # captured at, which the (patched) capture stored as max_seq_len_q.
-    wrapper=_target_verify_wrapper(lambda self, a: self.target_verify_metadata[a["bs"]].max_seq_len_q),
+    wrapper=_target_verify_wrapper(lambda self, arg: self.target_verify_metadata[arg("bs")].max_seq_len_q),
 )
 
 FIXED_WIDTH_EAGER = WrapPatch(
@@ -127,7 +139,7 @@ FIXED_WIDTH_EAGER = WrapPatch(
     alternatives=(_target("init_forward_metadata"),),
     condition=_legacy_condition((_EAGER_DERIVED,), "derives the width from the batch (trtllm_mha.eager_check checks it)"),
     wrapper=_target_verify_wrapper(
-        lambda self, a: batch_width(a["forward_batch"], self.speculative_num_draft_tokens, _EAGER_WHERE)
+        lambda self, arg: batch_width(arg("forward_batch"), self.speculative_num_draft_tokens, _EAGER_WHERE)
     ),
 )
 
@@ -163,20 +175,20 @@ def _cu_seqlens_q_condition(source: str) -> Tuple[str, str]:
 def _cu_seqlens_q_wrapper(original):
     import torch
 
-    signature = inspect.signature(original)
+    read = _argument_reader(original)
 
     @functools.wraps(original)
     def build(self, *args, **kwargs):
         result = original(self, *args, **kwargs)
-        a = signature.bind(self, *args, **kwargs).arguments
-        if a["forward_mode"].is_target_verify():
-            metadata = self.target_verify_metadata[a["bs"]]
+        if read(args, kwargs, "forward_mode").is_target_verify():
+            bs = read(args, kwargs, "bs")
+            metadata = self.target_verify_metadata[bs]
             # Ragged verify (0.5.16+) writes cu_seqlens_q itself at every capture and replay.
             if not getattr(metadata, "is_ragged_verify", False):
-                width = width_of(a["num_tokens"], a["bs"], where="trtllm_mha TARGET_VERIFY capture")
+                width = width_of(read(args, kwargs, "num_tokens"), bs, where="trtllm_mha TARGET_VERIFY capture")
                 if width != self.speculative_num_draft_tokens:
                     arange = functools.partial(torch.arange, dtype=torch.int32, device=metadata.cu_seqlens_q.device)
-                    metadata.cu_seqlens_q = qo_indptr(a["bs"], width, arange)
+                    metadata.cu_seqlens_q = qo_indptr(bs, width, arange)
         return result
 
     return build

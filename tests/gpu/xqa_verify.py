@@ -32,13 +32,13 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parent), str(HERE.parent / "on_sglang")]
 NDT, BS, PAGE, HEAD_DIM = 4, 3, 16, 128
 WIDTHS = (2, 3, 4, 6)  # 4 = ndt; 6: above ndt, below the example SBD maximum (8)
 
 
 def record(out: Path) -> None:
     os.environ.setdefault("TRITON_INTERPRET", "1")
-    sys.path[:0] = [str(HERE.parent), str(HERE.parent / "on_sglang")]
     import pytest
     import torch
 
@@ -96,19 +96,15 @@ def reference(q, k_pages, v_pages, slots, width, scale):
     and new tokens 0..t, read at its KV slots (``slot // page``, ``slot % page``
     in HND pages)."""
     import torch
+    from attention_reference import attend
 
     out = torch.empty_like(q)
     page = k_pages.shape[2]
     for i, s in enumerate(slots):
-        rows = slice(i * width, (i + 1) * width)
         s = s.long()
+        rows = slice(i * width, (i + 1) * width)
         k, v = k_pages[s // page, :, s % page], v_pages[s // page, :, s % page]
-        group = q.shape[1] // k.shape[1]
-        k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
-        scores = torch.einsum("qhd,khd->hqk", q[rows], k) * scale
-        offset = len(s) - width
-        mask = torch.arange(len(s), device=q.device)[None, :] > offset + torch.arange(width, device=q.device)[:, None]
-        out[rows] = torch.einsum("hqk,khd->qhd", scores.masked_fill(mask, float("-inf")).softmax(-1), v)
+        out[rows] = attend(q[rows], k, v, len(s) - width, scale)
     return out
 
 

@@ -33,6 +33,8 @@ os.environ["TRITON_INTERPRET"] = "1"
 
 import torch  # noqa: E402
 
+from attention_reference import attend  # noqa: E402
+
 MODULE = "sglang.srt.layers.attention.aiter_backend"
 HEADS, KV_HEADS, HEAD_DIM = 4, 2, 16
 CONTEXT_LEN = 256
@@ -52,17 +54,7 @@ def paged_attention(*, q, k, v, out, cu_seqlens_q, seqused_k, max_seqlen_q, bloc
         end = min(stop, start + int(max_seqlen_q))
         pos = torch.arange(n_k)
         slots = block_table[i, pos // page].long() * page + pos % page
-        out[start:end] = _attend(q[start:end], kf[slots], vf[slots], n_k - (stop - start), softmax_scale)
-
-
-def _attend(q, k, v, offset, scale):
-    """Causal attention of ``q`` (L, H, D) on ``k``/``v`` (S, Hk, D); query j sees keys <= offset + j."""
-    group = q.shape[1] // k.shape[1]
-    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
-    scores = torch.einsum("lhd,shd->hls", q, k) * scale
-    mask = torch.arange(k.shape[0])[None, :] > offset + torch.arange(q.shape[0])[:, None]
-    scores = scores.masked_fill(mask, float("-inf"))
-    return torch.einsum("hls,shd->lhd", scores.softmax(-1), v)
+        out[start:end] = attend(q[start:end], kf[slots], vf[slots], n_k - (stop - start), softmax_scale)
 
 
 def _must_not_run(*args, **kwargs):
@@ -104,7 +96,7 @@ class Batch:
         for i, r in enumerate(self.req_pool_indices.tolist()):
             slots = harness.req_to_token[r, : self.prefix[i] + self.width].long()
             q = self.q[i * self.width : (i + 1) * self.width]
-            out.append(_attend(q, harness.k_cache[slots], harness.v_cache[slots], self.prefix[i], harness.scale))
+            out.append(attend(q, harness.k_cache[slots], harness.v_cache[slots], self.prefix[i], harness.scale))
         return torch.cat(out)
 
     def forward_batch(self, harness, seq_lens=None):

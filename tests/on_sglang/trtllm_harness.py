@@ -26,6 +26,8 @@ from typing import List
 
 import torch
 
+from attention_reference import attend
+
 TRTLLM = "sglang.srt.layers.attention.trtllm_mha_backend"
 NUM_HEADS, NUM_KV_HEADS, HEAD_DIM = 4, 2, 16
 CONTEXT_LEN = 256
@@ -68,7 +70,7 @@ def _decode_kernel(query, kv_cache, workspace_buffer, block_tables, seq_lens, ma
         rows = slice(i * q_len_per_req, (i + 1) * q_len_per_req)
         k, v = k_pages[pages, :, pos % page].float(), v_pages[pages, :, pos % page].float()
         block = None if mask is None else _xqa_block(mask, i, q_len_per_req)
-        result[rows] = _attend(query[rows].float(), k, v, kv_len - q_len_per_req, bmm1_scale, block) * bmm2_scale
+        result[rows] = attend(query[rows].float(), k, v, kv_len - q_len_per_req, bmm1_scale, block) * bmm2_scale
     result = result.to(out_dtype or query.dtype)
     return result if out is None else out.copy_(result)
 
@@ -292,7 +294,7 @@ def paged_attention(m, q, k_cache, v_cache, page_size: int) -> torch.Tensor:
         assert q_len == m.max_seq_len_q, f"request {i}: cu_seqlens_q gives {q_len} rows, q_len_per_req is {m.max_seq_len_q}"
         pos = torch.arange(kv_len)
         slots = m.page_table[i, pos // page_size].long() * page_size + pos % page_size
-        out[rows] = _attend(q[rows], k_cache[slots], v_cache[slots], kv_len - q_len)
+        out[rows] = attend(q[rows], k_cache[slots], v_cache[slots], kv_len - q_len, HEAD_DIM**-0.5)
     return out
 
 
@@ -304,7 +306,7 @@ def reference_attention(batch: Batch, attn) -> torch.Tensor:
     for i, prefix in enumerate(batch.prefixes):
         rows = slice(i * batch.width, (i + 1) * batch.width)
         slots = attn.req_to_token[i, : prefix + batch.width].long()
-        out[rows] = _attend(batch.q[rows], k_cache[slots], v_cache[slots], prefix)
+        out[rows] = attend(batch.q[rows], k_cache[slots], v_cache[slots], prefix, HEAD_DIM**-0.5)
     return out
 
 
@@ -317,15 +319,3 @@ def _xqa_block(mask, request: int, q_len: int) -> torch.Tensor:
         raise IndexError(f"XQA would read mask rows past the mask for request {request} ({q_len} rows per request)")
     col = torch.arange(q_len)
     return (rows[:, col // 16] >> (col % 16)[None, :]) & 1 == 1
-
-
-def _attend(q, k, v, offset: int, scale: float = HEAD_DIM**-0.5, block=None) -> torch.Tensor:
-    """GQA attention: query t sees keys 0..offset and new keys by ``block``
-    (``[q, q]`` bool; default causal, new keys 0..t)."""
-    k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
-    v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
-    scores = torch.einsum("qhd,khd->hqk", q, k) * scale
-    mask = torch.arange(k.shape[0])[None, :] > offset + torch.arange(q.shape[0])[:, None]
-    if block is not None:
-        mask[:, offset:] = ~block
-    return torch.einsum("hqk,khd->qhd", scores.masked_fill(mask, float("-inf")).softmax(-1), v)
