@@ -185,7 +185,7 @@ def test_the_guard_waits_for_sglang_to_import_the_backend():
     """Applying imports nothing (FA3 cannot even be imported on this CPU); the
     wrapper is installed when SGLang first imports the backend module."""
     code = (
-        "import sys, types; sys.path.insert(0, 'tests')\n"
+        "import sys; sys.path.insert(0, 'tests')\n"
         "from sglang_cpu import install_stand_ins; install_stand_ins()\n"
         "from sglang_spec_plugins.engine.probe import probe\n"
         "from sglang_spec_plugins.patches.backend_support import PATCHES\n"
@@ -193,7 +193,7 @@ def test_the_guard_waits_for_sglang_to_import_the_backend():
         f"module = {MODULES['FA3']!r}\n"
         "plans = apply_all(PATCHES, probe().version)\n"
         "assert module not in sys.modules\n"
-        "stub = types.ModuleType('sgl_kernel'); stub.merge_state_v2 = None; sys.modules['sgl_kernel'] = stub\n"
+        "import pytest; from sglang_cpu import absent_kernel_package; absent_kernel_package(pytest.MonkeyPatch(), 'sgl_kernel')\n"
         "import importlib; fa3 = importlib.import_module(module)\n"
         "print(plans['backends.fa3'].verdict, hasattr(fa3.FlashAttentionBackend.__init__, '__wrapped__'))\n"
     )
