@@ -117,15 +117,8 @@ def method_source(module_name: str, qualname: str) -> Optional[str]:
     without importing anything (SGLang's runner packages take seconds to
     import, and most processes never need them); None when absent. Only
     top-level classes and their directly defined methods are found."""
-    root = importlib.util.find_spec("sglang")
-    if root is None or not module_name.startswith("sglang."):
-        return None
-    parts = module_name.split(".")[1:]
-    for base in root.submodule_search_locations or ():
-        path = Path(base, *parts).with_suffix(".py")
-        if path.is_file():
-            break
-    else:
+    path = source_file(module_name)
+    if path is None:
         return None
     lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
     owner_name, _, attr = qualname.rpartition(".")
@@ -138,6 +131,20 @@ def method_source(module_name: str, qualname: str) -> Optional[str]:
             return None  # left the class body
         if re.match(rf"\s+def {attr}\(", line):
             return textwrap.dedent("".join(inspect.getblock(lines[i:])))
+    return None
+
+
+def source_file(module_name: str) -> Optional[Path]:
+    """The installed ``.py`` file of an SGLang module, found without importing
+    anything; None when absent."""
+    root = importlib.util.find_spec("sglang")
+    if root is None or not module_name.startswith("sglang."):
+        return None
+    parts = module_name.split(".")[1:]
+    for base in root.submodule_search_locations or ():
+        path = Path(base, *parts).with_suffix(".py")
+        if path.is_file():
+            return path
     return None
 
 
