@@ -1,14 +1,20 @@
 """``sglang-spec-plugins list | check | doctor``.
 
-``list`` and ``check`` never import SGLang; ``doctor`` does, to probe it.
-Exit status: 0 when everything is in order, 1 when a problem was found,
-2 for a usage error.
+``list`` never imports SGLang. ``check`` validates plugins.toml and every
+answer the plugins give, in this process and once more in a fresh one, and,
+where SGLang is installed, predicts what that release will do with the
+setup. ``doctor`` probes the installed SGLang and says what the loader would
+do. Every failure, of any origin, is reported as a problem (with ``--json``,
+as JSON); exit status 0 when everything is in order, 1 when a problem was
+found, 2 for a usage error.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
@@ -16,8 +22,12 @@ from typing import Any, Dict, List, Optional, Sequence
 from . import __version__
 from . import config as config_mod
 from .errors import SpecPluginError
-from .plugins import PluginSet, discover
-from .policy import VerifyPolicy
+from .fingerprint import fingerprint
+from .plugins import PluginSet, discover_configured
+from .policy import build_policies
+
+LOADER_ENTRY_POINT = "sglang_spec_plugins"
+"""This package's entry-point name in SGLang's ``sglang.srt.plugins`` group."""
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -28,24 +38,34 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p_list = sub.add_parser("list", help="show loaded hooks, their plugins and the algorithms they serve")
     p_list.add_argument("--json", action="store_true", help="machine-readable output")
 
-    p_check = sub.add_parser("check", help="validate plugins.toml and the plugins without starting SGLang")
+    p_check = sub.add_parser("check", help="validate plugins.toml and the plugins, and predict what SGLang will do")
     p_check.add_argument("path", nargs="?", type=Path, help=f"the plugins.toml (default: ${config_mod.CONFIG_ENV}, then ./plugins.toml)")
     p_check.add_argument("--num-draft-tokens", "-n", type=int, action="append", default=[], metavar="N",
-                         help="also resolve and check every width at this speculative_num_draft_tokens (repeatable)")
+                         help="also resolve and check every width SGLang asks for at this speculative_num_draft_tokens (repeatable)")
+    p_check.add_argument("--disable-overlap-schedule", action="store_true",
+                         help="the server will run with --disable-overlap-schedule")
+    p_check.add_argument("--single-process", action="store_true",
+                         help="skip asking everything again in a fresh process and comparing the answers")
     p_check.add_argument("--json", action="store_true", help="machine-readable output")
 
     p_doctor = sub.add_parser("doctor", help="probe the installed SGLang and say what the loader would do")
     p_doctor.add_argument("--json", action="store_true", help="machine-readable output")
 
     args = parser.parse_args(argv)
-    return {"list": _list, "check": _check, "doctor": _doctor}[args.command](args)
+    command = {"list": _list, "check": _check, "doctor": _doctor}[args.command]
+    try:
+        return command(args)
+    except BrokenPipeError:  # e.g. `list --json | head`: the reader left; say nothing more
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except SpecPluginError as exc:
+        return _fail(args, _problems_of(exc))
+    except Exception as exc:  # never a traceback for the operator; the message says where it came from
+        return _fail(args, [f"unexpected {type(exc).__name__}: {exc} (a bug in sglang-spec-plugins; please report it)"])
 
 
 def _list(args: argparse.Namespace) -> int:
-    try:
-        plugin_set = discover(config_mod.load())
-    except SpecPluginError as exc:
-        return _fail(args, [str(exc)])
+    plugin_set = discover_configured()
     data = _describe(plugin_set)
     if args.json:
         _print_json(data)
@@ -57,55 +77,81 @@ def _list(args: argparse.Namespace) -> int:
         for impl in impls or [{"plugin": "(none)"}]:
             print(f"    {impl['plugin']:<16} {impl.get('distribution') or '-'}=={impl.get('version') or '-'}  {impl.get('module_file', '')}".rstrip())
     print("algorithms:")
-    for name, algo in data["algorithms"].items() or []:
+    for name, algo in data["algorithms"].items():
         print(f"  {name:<16} plugin {algo['plugin']} ({algo['distribution']}=={algo['version']}), overlap={algo['supports_overlap']}")
     if not data["algorithms"]:
         print("  (none enabled)")
+    for note in data["notes"]:
+        print(f"note: {note}")
     return 0
 
 
 def _check(args: argparse.Namespace) -> int:
-    problems: List[str] = []
+    if args.path is not None and not args.path.is_file():
+        raise config_mod.ConfigError([f"{args.path}: no such file" if not args.path.exists() else f"{args.path}: not a regular file"])
+    plugin_set = discover_configured(args.path, collect=True)
+    plugin_set, policies = build_policies(plugin_set, tolerate=True)
+    problems: List[str] = [f.message for f in plugin_set.failures]
     checked: Dict[str, Any] = {}
-    try:
-        path = args.path if args.path is not None else config_mod.locate()
-        if args.path is not None and not args.path.is_file():
-            raise config_mod.ConfigError([f"{args.path}: no such file"])
-        config = config_mod.load(path) if path is not None else config_mod.Config()
-        plugin_set = discover(config, collect=True)
-    except SpecPluginError as exc:
-        return _fail(args, list(getattr(exc, "problems", None) or [str(exc)]))
-    problems += [f.message for f in plugin_set.failures]
-    for name, offered in plugin_set.algorithms.items():
-        policy = VerifyPolicy(plugin_set, offered)
-        entry: Dict[str, Any] = {"plugin": offered.plugin}
-        try:
-            entry["draft_may_verify"] = policy.draft_may_verify()
-            for ndt in args.num_draft_tokens:
+    for name, policy in policies.items():
+        entry: Dict[str, Any] = {"plugin": policy.plugin, "draft_may_verify": policy.draft_may_verify(), "widths": {}}
+        for ndt in args.num_draft_tokens:
+            try:
                 policy.validate(ndt)
-                entry.setdefault("widths", {})[str(ndt)] = {
-                    "target": policy.width(ndt, False),
-                    "draft": policy.width(ndt, True) if policy.draft_may_verify() else None,
-                    "max": policy.max_width(ndt),
-                }
-        except (SpecPluginError, ValueError) as exc:
-            problems.append(str(exc))
+                entry["widths"][str(ndt)] = {"target": policy.width(ndt, False), "draft": policy.width(ndt, True),
+                                             "max": policy.max_width(ndt)}
+            except (SpecPluginError, ValueError) as exc:
+                problems.append(str(exc))
         checked[name] = entry
+    from .engine.prediction import predict  # imports SGLang only if it is installed
+
+    sglang = predict(plugin_set, policies, args.num_draft_tokens, args.disable_overlap_schedule)
+    problems += sglang["problems"]
+    digest = fingerprint(plugin_set, policies, sglang["version"])
+    if not args.single_process:
+        problems += _compare_with_fresh_process(args, digest, problems)
+    data = {"config": plugin_set.config.origin, "ok": not problems, "problems": problems, "notes": list(plugin_set.notes),
+            "algorithms": checked, "sglang": {k: v for k, v in sglang.items() if k != "problems"}, "fingerprint": digest}
     if args.json:
-        _print_json({"config": config.origin, "ok": not problems, "problems": problems, "algorithms": checked})
-    else:
-        print(f"config: {config.origin}")
-        for info in plugin_set.plugins:
-            print(f"plugin {info.label}: ok")
-        for name, entry in checked.items():
-            widths = ", ".join(f"ndt={n}: target {w['target']}, draft {w['draft']}, max {w['max']}" for n, w in entry.get("widths", {}).items())
-            print(f"algorithm {name} (plugin {entry['plugin']}): draft-may-verify={entry.get('draft_may_verify')}" + (f"; {widths}" if widths else ""))
-        if not args.num_draft_tokens and checked:
-            print("widths not resolved: pass --num-draft-tokens N to check them for a speculative_num_draft_tokens")
-        for problem in problems:
-            print(f"error: {problem}", file=sys.stderr)
-        print("ok" if not problems else f"{len(problems)} problem(s)")
+        _print_json(data)
+        return 0 if not problems else 1
+    print(f"config: {data['config']}")
+    for info in plugin_set.plugins:
+        print(f"plugin {info.label}: ok")
+    for name, entry in checked.items():
+        widths = ", ".join(f"ndt={n}: target {w['target']}, draft {w['draft']}, max {w['max']}" for n, w in entry["widths"].items())
+        print(f"algorithm {name} (plugin {entry['plugin']}): draft-may-verify={entry['draft_may_verify']}" + (f"; {widths}" if widths else ""))
+    if not args.num_draft_tokens and checked:
+        print("widths not resolved: pass --num-draft-tokens N to check them for a speculative_num_draft_tokens")
+    print(f"SGLang: {sglang['summary']}")
+    for line in sglang["lines"]:
+        print(f"  {line}")
+    for note in data["notes"]:
+        print(f"note: {note}")
+    print(f"fingerprint: {digest}")
+    for problem in problems:
+        print(f"error: {problem}", file=sys.stderr)
+    print("ok" if not problems else f"{len(problems)} problem(s)")
     return 0 if not problems else 1
+
+
+def _compare_with_fresh_process(args: argparse.Namespace, digest: str, problems: List[str]) -> List[str]:
+    """Run the same check in a new interpreter; a different fingerprint, or
+    other problems, mean some answer depends on the process (as it would
+    between TP ranks)."""
+    argv = [sys.executable, "-m", "sglang_spec_plugins", "check", "--single-process", "--json"]
+    argv += [str(args.path)] if args.path is not None else []
+    argv += [f"-n{n}" for n in args.num_draft_tokens]
+    argv += ["--disable-overlap-schedule"] if args.disable_overlap_schedule else []
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    try:
+        other = json.loads(out.stdout)
+    except ValueError:
+        return [f"the same check in a fresh process failed (exit {out.returncode}): {(out.stderr or out.stdout).strip()[-500:]}"]
+    if other.get("fingerprint") != digest:
+        return [f"a fresh process got other answers (fingerprint {other.get('fingerprint')} instead of {digest}): "
+                "some plugin's answers depend on the process; SGLang's ranks would disagree"]
+    return [f"only in a fresh process: {p}" for p in other.get("problems", []) if p not in problems]
 
 
 def _doctor(args: argparse.Namespace) -> int:
@@ -122,17 +168,24 @@ def _doctor(args: argparse.Namespace) -> int:
         plans = plan_all(PATCHES, found.version)
         backends = backend_support(found)
         problems += [f"patch {name}: {plan.reason}" for name, plan in plans.items() if plan.verdict == "refused"]
+    allowed = os.environ.get("SGLANG_PLUGINS", "")
+    if allowed.strip() and LOADER_ENTRY_POINT not in {n.strip() for n in allowed.split(",")}:
+        problems.append(f"SGLANG_PLUGINS={allowed} leaves out {LOADER_ENTRY_POINT}: SGLang will not start the loader, "
+                        "so no plugin algorithm is registered; add it to the list")
+    digest = None
     try:
-        plugin_set = discover(config_mod.load())
+        plugin_set, policies = build_policies(discover_configured(), tolerate=True)
         described = _describe(plugin_set)
         problems += [f.message for f in plugin_set.failures]
+        digest = fingerprint(plugin_set, policies, found.version)
     except SpecPluginError as exc:
         described = None
-        problems.append(str(exc))
-    would_register = sorted(described["algorithms"]) if described else []
+        problems += _problems_of(exc)
+    would_register = sorted(described["algorithms"]) if described and not problems else []
     data = {
         "sglang": {
             "version": found.version,
+            "import_error": found.import_error,
             "plugin_framework": found.plugin_framework,
             "algorithm_registry": found.registry,
             "register_classmethod": found.register_classmethod,
@@ -147,7 +200,9 @@ def _doctor(args: argparse.Namespace) -> int:
         "attention_backends": backends,
         "config": described["config"] if described else None,
         "plugins": described["plugins"] if described else [],
-        "would_register": would_register if not problems else [],
+        "notes": described["notes"] if described else [],
+        "would_register": would_register,
+        "fingerprint": digest,
         "problems": problems,
         "ok": not problems,
     }
@@ -156,7 +211,9 @@ def _doctor(args: argparse.Namespace) -> int:
     else:
         s = data["sglang"]
         print(f"SGLang: {s['version'] or 'not installed'}")
-        if found.installed:
+        if found.import_error:
+            print(f"  import failed: {found.import_error}")
+        elif found.installed:
             print(f"  plugin framework (sglang.srt.plugins): {'yes' if s['plugin_framework'] else 'no'}")
             print(f"  algorithm registry (spec_registry):     {'yes' if s['algorithm_registry'] else 'no'}")
             print(f"  width hook(s) the runners call:          {', '.join(s['width_hooks']) or 'none'}")
@@ -171,7 +228,10 @@ def _doctor(args: argparse.Namespace) -> int:
         print(f"config: {data['config']}")
         for plugin in data["plugins"]:
             print(f"plugin {plugin['name']} ({plugin['distribution']}=={plugin['version']})")
+        for note in data["notes"]:
+            print(f"note: {note}")
         print(f"the loader would register: {', '.join(data['would_register']) or 'nothing'}")
+        print(f"fingerprint: {digest or '-'}")
         for problem in problems:
             print(f"problem: {problem}")
         print("ok" if not problems else f"{len(problems)} problem(s)")
@@ -206,19 +266,16 @@ def _describe(plugin_set: PluginSet) -> Dict[str, Any]:
         "hooks": hooks,
         "algorithms": {
             name: {**where(offered.plugin), "supports_overlap": offered.spec.supports_overlap,
-                   "settings": _plain(offered.config.settings)}
+                   "settings": config_mod.plain(offered.config.settings)}
             for name, offered in plugin_set.algorithms.items()
         },
         "failures": [{"plugin": f.plugin, "message": f.message} for f in plugin_set.failures],
+        "notes": list(plugin_set.notes),
     }
 
 
-def _plain(value: Any) -> Any:
-    if hasattr(value, "items"):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, tuple):
-        return [_plain(v) for v in value]
-    return value
+def _problems_of(exc: SpecPluginError) -> List[str]:
+    return list(getattr(exc, "problems", None) or [str(exc)])
 
 
 def _fail(args: argparse.Namespace, problems: List[str]) -> int:
@@ -233,5 +290,4 @@ def _fail(args: argparse.Namespace, problems: List[str]) -> int:
 def _print_json(data: Any) -> None:
     json.dump(data, sys.stdout, indent=2, default=str)
     sys.stdout.write("\n")
-
-
+    sys.stdout.flush()

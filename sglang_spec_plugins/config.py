@@ -13,7 +13,9 @@ in :mod:`sglang_spec_plugins.plugins`.
 
 from __future__ import annotations
 
+import difflib
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,6 +60,17 @@ key is a plugin setting."""
 
 _PLUGINS_KEYS = ("enable", "disable", "on_error")
 
+MAX_NESTING = 32
+"""The deepest nesting of arrays and tables plugins.toml may use."""
+
+_ALGORITHM_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+
+
+def valid_algorithm_name(name: Any) -> bool:
+    """An algorithm name is ASCII: a letter, then letters, digits or ``_``
+    (it becomes a command-line value and a Python attribute in SGLang)."""
+    return isinstance(name, str) and _ALGORITHM_NAME.fullmatch(name) is not None
+
 
 @dataclass(frozen=True)
 class AlgorithmConfig:
@@ -98,6 +111,19 @@ class Config:
         """How messages name this config: its path, or the defaults."""
         return str(self.source) if self.source else "(built-in defaults)"
 
+    def as_plain(self) -> Mapping[str, Any]:
+        """The settings as plain JSON-able data (no file path): equal files give equal data."""
+        return {
+            "enable": plain(self.enable),
+            "disable": plain(self.disable),
+            "on_error": self.on_error,
+            "algorithms": {
+                name: {"plugin": a.plugin, "enabled": a.enabled, "max_tokens_per_req": a.max_tokens_per_req,
+                       "settings": plain(a.settings)}
+                for name, a in sorted(self.algorithms.items())
+            },
+        }
+
     def algorithm(self, name: str) -> AlgorithmConfig:
         """The table for ``name`` (any case), or the defaults if there is none."""
         upper = name.upper()
@@ -107,31 +133,88 @@ class Config:
 def locate(cwd: Optional[Path] = None, environ: Mapping[str, str] = os.environ) -> Optional[Path]:
     """Return the plugins.toml to use, or None when there is none.
 
-    Raises ConfigError when ``SGLANG_SPEC_PLUGINS_CONFIG`` names a missing file.
+    Raises ConfigError when ``SGLANG_SPEC_PLUGINS_CONFIG`` names anything but
+    a readable regular file, and when ``./plugins.toml`` exists but is not a
+    regular file (a directory, a dangling symlink): an operator's file that
+    is silently ignored would enable every installed plugin.
     """
     named = environ.get(CONFIG_ENV)
     if named:
-        path = Path(named)
-        if not path.is_file():
-            raise ConfigError([f"{CONFIG_ENV}={named}: no such file"])
-        return path
-    local = (cwd or Path.cwd()) / DEFAULT_FILENAME
-    return local if local.is_file() else None
+        return _regular_file(Path(named), f"{CONFIG_ENV}={named}", missing_ok=False)
+    try:
+        local = (cwd or Path.cwd()) / DEFAULT_FILENAME
+    except OSError as exc:
+        raise ConfigError([f"./{DEFAULT_FILENAME}: cannot resolve the working directory: {_os_reason(exc)}"]) from None
+    return _regular_file(local, str(local), missing_ok=True)
+
+
+def _regular_file(path: Path, what: str, missing_ok: bool) -> Optional[Path]:
+    try:
+        if path.is_file():
+            return path
+        if path.is_symlink():
+            raise ConfigError([f"{what}: a symlink to {os.readlink(path)!r}, which does not exist"])
+        if path.exists():
+            raise ConfigError([f"{what}: not a regular file (a directory or a device); plugins.toml must be a file"])
+    except OSError as exc:
+        raise ConfigError([f"{what}: cannot be read: {_os_reason(exc)}"]) from None
+    if missing_ok:
+        return None
+    raise ConfigError([f"{what}: no such file"])
+
+
+def _os_reason(exc: OSError) -> str:
+    return exc.strerror or type(exc).__name__
 
 
 def load(path: Optional[Path] = None, *, environ: Mapping[str, str] = os.environ) -> Config:
-    """Read and validate the config at ``path`` (default: :func:`locate`)."""
+    """Read and validate the config at ``path`` (default: :func:`locate`).
+
+    Every failure, whatever its cause (unreadable file, bytes that are not
+    UTF-8, invalid or absurdly nested TOML, wrong keys), is a ConfigError
+    naming the file and, where there is one, the position.
+    """
     if path is None:
         path = locate(environ=environ)
         if path is None:
             return Config()
     try:
-        raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        data = Path(path).read_bytes()
     except OSError as exc:
-        raise ConfigError([f"{path}: cannot read: {exc.strerror or exc}"]) from None
+        raise ConfigError([f"{path}: cannot read: {_os_reason(exc)}"]) from None
+    return parse(decode(data, Path(path)), source=Path(path))
+
+
+def decode(data: bytes, where: Path) -> Mapping[str, Any]:
+    """The TOML document in ``data`` (UTF-8, a leading byte-order mark allowed)."""
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise ConfigError([f"{where}: not UTF-8 text: byte 0x{data[exc.start]:02x} at line {line}, column {column}"]) from None
+    too_deep = ConfigError([f"{where}: arrays or tables nested more than {MAX_NESTING} levels deep"])
+    try:
+        document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError([f"{path}: not valid TOML: {exc}"]) from None
-    return parse(raw, source=Path(path))
+        raise ConfigError([f"{where}: not valid TOML: {exc}"]) from None
+    except RecursionError:  # the parser recurses once per level
+        raise too_deep from None
+    if _depth(document) > MAX_NESTING:
+        raise too_deep
+    return document
+
+
+def _depth(value: Any) -> int:
+    """How many arrays/tables deep ``value`` goes (iterative: no recursion limit)."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, level = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is not None:
+            deepest = max(deepest, level + 1)
+            stack.extend((child, level + 1) for child in children)
+    return deepest
 
 
 def parse(raw: Mapping[str, Any], *, source: Optional[Path] = None) -> Config:
@@ -178,15 +261,16 @@ def parse(raw: Mapping[str, Any], *, source: Optional[Path] = None) -> Config:
             continue
         algorithms[parsed.name] = parsed
 
-    if problems:
-        raise ConfigError(problems)
-    return Config(
+    config = Config(
         source=source,
         enable=enable,
         disable=disable,
-        on_error=on_error,
+        on_error=on_error if on_error in ON_ERROR_CHOICES else "fail",
         algorithms=MappingProxyType(algorithms),
     )
+    if problems:
+        raise ConfigError(problems, partial=config)
+    return config
 
 
 def _names(value: Any, what: str, problems: List[str]) -> Optional[Tuple[str, ...]]:
@@ -203,7 +287,9 @@ def _algorithm(name: str, table: Any, where: str, problems: List[str]) -> Option
         return None
     upper = name.upper()
     count = len(problems)
-    if upper in RESERVED_ALGORITHM_NAMES:
+    if not valid_algorithm_name(name):
+        problems.append(f"{label} is not a valid algorithm name (ASCII letters, digits and _, starting with a letter)")
+    elif upper in RESERVED_ALGORITHM_NAMES:
         problems.append(f"{label} {upper!r} is a built-in SGLang algorithm name; plugins cannot configure or replace it")
     plugin = table.get("plugin")
     if plugin is not None and not (isinstance(plugin, str) and plugin):
@@ -214,6 +300,11 @@ def _algorithm(name: str, table: Any, where: str, problems: List[str]) -> Option
     cap = table.get("max_tokens_per_req")
     if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
         problems.append(f"{label} max_tokens_per_req must be a positive integer, got {cap!r}")
+    for key in table:
+        near = difflib.get_close_matches(key, FRAMEWORK_ALGORITHM_KEYS, n=1, cutoff=0.8)
+        if key not in FRAMEWORK_ALGORITHM_KEYS and near:
+            problems.append(f"{label} {key!r} looks like a misspelling of the framework key {near[0]!r}; "
+                            "rename it (a plugin setting may not look like a framework key)")
     if len(problems) > count:
         return None
     settings = {k: _freeze(v) for k, v in table.items() if k not in FRAMEWORK_ALGORITHM_KEYS}
@@ -224,6 +315,15 @@ def _algorithm(name: str, table: Any, where: str, problems: List[str]) -> Option
         max_tokens_per_req=cap,
         settings=MappingProxyType(settings),
     )
+
+
+def plain(value: Any) -> Any:
+    """A frozen value back as plain data (mappings -> dicts, tuples -> lists)."""
+    if hasattr(value, "items"):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return [plain(v) for v in value]
+    return value
 
 
 def _freeze(value: Any) -> Any:

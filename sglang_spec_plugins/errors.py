@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Any, Iterable, Optional
 
 
 class SpecPluginError(Exception):
@@ -13,21 +13,31 @@ class ConfigError(SpecPluginError):
     """plugins.toml (or an environment variable standing in for it) is wrong.
 
     ``problems`` holds one line per problem, each naming the file, table and
-    key; ``str()`` joins them.
+    key; ``str()`` joins them. ``partial`` is the config built from the parts
+    that were valid (None when the file could not be read at all), so that
+    callers can cross-check the rest and report every problem at once.
     """
 
-    def __init__(self, problems: Iterable[str]):
+    def __init__(self, problems: Iterable[str], partial: Any = None):
         self.problems = tuple(problems)
+        self.partial = partial
         super().__init__("\n".join(self.problems))
 
 
 class PluginError(SpecPluginError):
     """A drafter plugin failed to load, broke the hook contract, or gave an
-    answer outside its declared range. ``plugin`` names the plugin."""
+    answer outside its declared range.
 
-    def __init__(self, plugin: str, message: str):
+    ``plugin`` names the plugin (its entry-point name); ``distribution`` is
+    ``name==version`` of the installed distribution that provides it, when
+    known. Both appear in the message.
+    """
+
+    def __init__(self, plugin: str, message: str, distribution: Optional[str] = None):
         self.plugin = plugin
-        super().__init__(f"plugin {plugin!r}: {message}")
+        self.distribution = distribution
+        origin = f"plugin {plugin!r}" + (f" ({distribution})" if distribution else "")
+        super().__init__(f"{origin}: {message}")
 
 
 class EngineError(SpecPluginError):

@@ -7,7 +7,9 @@ controller. Each process reads the same plugins.toml and environment, so each
 reaches the same registration.
 
 Sequence: read plugins.toml -> discover plugins -> build one policy per
-enabled algorithm -> probe SGLang -> register the algorithms (all or none).
+enabled algorithm, charging every fault to its plugin -> probe SGLang ->
+plan and apply the patches and register the algorithms (all or none) ->
+log the fingerprint.
 :func:`load` runs it once per process and returns the same report after.
 """
 
@@ -19,10 +21,10 @@ from dataclasses import dataclass
 from typing import Dict, Mapping, Optional
 
 from . import __version__
-from . import config as config_mod
-from .errors import EngineError, PluginError, SpecPluginError, StartupRefused
-from .plugins import PluginSet, discover
-from .policy import VerifyPolicy
+from .errors import SpecPluginError, StartupRefused
+from .fingerprint import fingerprint
+from .plugins import PluginSet, discover_configured
+from .policy import VerifyPolicy, build_policies
 
 logger = logging.getLogger("sglang_spec_plugins")
 
@@ -37,6 +39,11 @@ class LoadReport:
     sglang_version: Optional[str]
     patches: Mapping[str, object]
     """Patch name -> its :class:`~sglang_spec_plugins.patches.Plan` (empty when nothing was loaded)."""
+    unserved: Optional[str] = None
+    """Why the enabled algorithms were not registered (an SGLang release the
+    loader cannot serve), or None."""
+    fingerprint: str = ""
+    """See :mod:`sglang_spec_plugins.fingerprint`."""
 
 
 _report: Optional[LoadReport] = None
@@ -45,67 +52,67 @@ _report: Optional[LoadReport] = None
 def load(environ: Mapping[str, str] = os.environ) -> LoadReport:
     """Run the startup sequence once per process; later calls return the first report.
 
-    Raises ConfigError, PluginError or EngineError; nothing is registered
-    when it raises.
+    Raises ConfigError, PluginError or EngineError; nothing is registered or
+    patched when it raises. On an SGLang release the loader cannot serve
+    (outside 0.5.12+, or a shape a patch does not know) it registers and
+    patches nothing, logs the reason as an error and returns: SGLang then
+    serves its built-in algorithms as it would without this package, and
+    refuses a plugin algorithm's name as unknown.
     """
     global _report
     if _report is not None:
         return _report
-    config = config_mod.load(environ=environ)
-    plugin_set = discover(config, environ=environ)
+    plugin_set = discover_configured(environ=environ)
+    plugin_set, policies = build_policies(plugin_set, tolerate=plugin_set.config.on_error == "skip")
     for failure in plugin_set.failures:
         logger.warning("sglang-spec-plugins: skipped plugin %s (on_error = \"skip\"): %s", failure.plugin, failure.message)
-    policies = _policies(plugin_set)
+    for note in plugin_set.notes:
+        logger.info("sglang-spec-plugins: %s", note)
     for info in plugin_set.plugins:
         logger.info("sglang-spec-plugins %s: loaded plugin %s from %s", __version__, info.label, info.module_file)
 
     registered: Dict[str, object] = {}
     plans: Dict[str, object] = {}
     sglang_version = None
+    unserved = None
     if policies:
         from .engine.probe import probe
         from .engine.registration import register_all
-        from .patches import PATCHES, apply_all, revert_all
+        from .patches import PATCHES, apply_all, plan_all, revert_all
 
         found = probe()
         sglang_version = found.version
-        if found.problems():
-            raise EngineError("; ".join(found.problems()) + f"; cannot serve {', '.join(policies)}")
-        plans = apply_all(PATCHES, found.version)
-        try:
-            registered = register_all(((plugin_set.algorithms[n], p) for n, p in policies.items()), found)
-        except BaseException:
-            revert_all(PATCHES)
-            raise
-        for name, plan in plans.items():
-            logger.info("sglang-spec-plugins: patch %s on SGLang %s: %s (%s)", name, sglang_version, plan.verdict, plan.reason)
-        for name, policy in policies.items():
-            offered = plugin_set.algorithms[name]
-            logger.info(
-                "sglang-spec-plugins: registered algorithm %s with SGLang %s (plugin %s, overlap=%s, draft-may-verify=%s)",
-                name, sglang_version, plugin_set.info(offered.plugin).label,
-                offered.spec.supports_overlap, policy.draft_may_verify(),
-            )
+        reasons = list(found.problems())
+        if not reasons:
+            plans = plan_all(PATCHES, found.version)
+            reasons = [f"patch {name}: {plan.reason}" for name, plan in plans.items() if plan.verdict == "refused"]
+        if reasons:
+            unserved = "; ".join(reasons)
+            plans = {}
+            logger.error("sglang-spec-plugins: not serving %s: %s; nothing registered or patched, built-in algorithms unchanged",
+                         ", ".join(policies), unserved)
+        else:
+            plans = apply_all(PATCHES, found.version)
+            try:
+                registered = register_all(((plugin_set.algorithms[n], p) for n, p in policies.items()), found)
+            except BaseException:
+                revert_all(PATCHES)
+                raise
+            for name, plan in plans.items():
+                logger.info("sglang-spec-plugins: patch %s on SGLang %s: %s (%s)", name, sglang_version, plan.verdict, plan.reason)
+            for name, policy in policies.items():
+                offered = plugin_set.algorithms[name]
+                logger.info(
+                    "sglang-spec-plugins: registered algorithm %s with SGLang %s (plugin %s, overlap=%s, draft-may-verify=%s)",
+                    name, sglang_version, plugin_set.info(offered.plugin).label,
+                    offered.spec.supports_overlap, policy.draft_may_verify(),
+                )
     else:
         logger.info("sglang-spec-plugins %s: no plugin algorithm enabled; SGLang left unchanged", __version__)
-    _report = LoadReport(plugin_set, policies, registered, sglang_version, plans)
+    digest = fingerprint(plugin_set, policies, sglang_version)
+    logger.info("sglang-spec-plugins: fingerprint %s (plugins, versions, config and answers; equal in every process)", digest)
+    _report = LoadReport(plugin_set, policies, registered, sglang_version, plans, unserved, digest)
     return _report
-
-
-def _policies(plugin_set: PluginSet) -> Dict[str, VerifyPolicy]:
-    """One policy per enabled algorithm, with the answers that need no ndt checked now."""
-    policies = {}
-    for name, offered in plugin_set.algorithms.items():
-        policy = VerifyPolicy(plugin_set, offered)
-        try:
-            policy.draft_may_verify()
-        except PluginError as exc:
-            if plugin_set.config.on_error != "skip":
-                raise
-            logger.warning("sglang-spec-plugins: skipped algorithm %s (on_error = \"skip\"): %s", name, exc)
-            continue
-        policies[name] = policy
-    return policies
 
 
 def sglang_entry_point() -> None:
@@ -120,6 +127,9 @@ def sglang_entry_point() -> None:
     except SpecPluginError as exc:
         logger.error("sglang-spec-plugins: %s", exc)
         raise StartupRefused(exc) from exc
+    except Exception as exc:  # a bug of ours must not let SGLang start half-loaded either
+        logger.exception("sglang-spec-plugins: unexpected error while loading")
+        raise StartupRefused(RuntimeError(f"unexpected {type(exc).__name__}: {exc} (a bug in sglang-spec-plugins; please report it)")) from exc
 
 
 def _reset_for_tests() -> None:

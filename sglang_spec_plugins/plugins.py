@@ -17,13 +17,15 @@ import inspect
 import os
 from dataclasses import dataclass
 from importlib import metadata
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import pluggy
 
+from . import config as config_mod
 from . import hookspecs
-from .config import RESERVED_ALGORITHM_NAMES, AlgorithmConfig, Config
+from .config import RESERVED_ALGORITHM_NAMES, AlgorithmConfig, Config, valid_algorithm_name
 from .errors import ConfigError, PluginError
 
 ENTRY_POINT_GROUP = hookspecs.PROJECT_NAME
@@ -41,11 +43,14 @@ class PluginInfo:
     module_file: Optional[str]
 
     @property
+    def dist_label(self) -> Optional[str]:
+        """``dist==version``, or None for a plugin with no distribution."""
+        return f"{self.distribution}=={self.version}" if self.distribution else None
+
+    @property
     def label(self) -> str:
         """``name (dist==version)`` for log lines and messages."""
-        if self.distribution:
-            return f"{self.name} ({self.distribution}=={self.version})"
-        return self.name
+        return f"{self.name} ({self.dist_label})" if self.distribution else self.name
 
 
 @dataclass(frozen=True)
@@ -70,8 +75,9 @@ class PluginFailure:
 
 
 class PluginSet:
-    """The outcome of :func:`discover`: the manager, who is loaded, and the
-    enabled algorithms with their owners."""
+    """The outcome of :func:`discover`: the manager, who is loaded, the
+    enabled algorithms with their owners, the plugins dropped under
+    ``on_error = "skip"`` and notes on plugins.toml tables left inert."""
 
     def __init__(
         self,
@@ -80,33 +86,75 @@ class PluginSet:
         algorithms: Mapping[str, OfferedAlgorithm],
         failures: Sequence[PluginFailure],
         config: Config,
+        notes: Sequence[str] = (),
     ):
         self.pm = pm
         self.plugins = tuple(plugins)
         self.algorithms = MappingProxyType(dict(algorithms))
         self.failures = tuple(failures)
         self.config = config
+        self.notes = tuple(notes)
 
     def info(self, plugin: str) -> PluginInfo:
         return next(p for p in self.plugins if p.name == plugin)
 
-    def answers(self, hook_name: str, **kwargs: Any) -> Dict[str, Any]:
-        """Call every implementation of ``hook_name`` and return the non-None
-        answers keyed by plugin name.
+    def error(self, plugin: str, message: str) -> PluginError:
+        """A PluginError naming ``plugin`` and the distribution it came from."""
+        info = next((p for p in self.plugins if p.name == plugin), None)
+        return PluginError(plugin, message, info.dist_label if info else None)
+
+    def without(self, failure: PluginError) -> "PluginSet":
+        """This set minus the plugin ``failure`` blames (all its algorithms and
+        hooks), with the failure recorded: what ``on_error = "skip"`` serves."""
+        plugin = failure.plugin
+        if self.pm.get_plugin(plugin) is not None:
+            self.pm.unregister(name=plugin)
+        return PluginSet(
+            self.pm,
+            [p for p in self.plugins if p.name != plugin],
+            {n: a for n, a in self.algorithms.items() if a.plugin != plugin},
+            self.failures + (PluginFailure(plugin, str(failure)),),
+            self.config,
+            self.notes,
+        )
+
+    def answers(self, hook_name: str, exclude: Optional[str] = None, call: Optional[str] = None, **kwargs: Any) -> Dict[str, Any]:
+        """Call every implementation of ``hook_name`` and return the answers,
+        ``None`` included, keyed by plugin name (a plugin without an
+        implementation is absent).
 
         The policy uses this instead of ``firstresult`` so that an answer can
         be traced to, and blamed on, the plugin that gave it. An exception in
-        a hookimpl becomes a PluginError naming that plugin.
+        a hookimpl (``SystemExit`` included) becomes a PluginError naming that
+        plugin, and ``call`` (how messages name the call; default the hook's
+        name). ``exclude`` names a plugin not to ask.
         """
         found = {}
         for impl in getattr(self.pm.hook, hook_name).get_hookimpls():
+            if impl.plugin_name == exclude:
+                continue
             try:
                 answer = impl.function(*[kwargs[arg] for arg in impl.argnames])
-            except Exception as exc:
-                raise PluginError(impl.plugin_name, f"hook {hook_name} raised {type(exc).__name__}: {exc}") from exc
-            if answer is not None:
-                found[impl.plugin_name] = answer
+            except (Exception, SystemExit) as exc:
+                raise self.error(impl.plugin_name, f"{call or 'hook ' + hook_name} raised {_describe_exception(exc)}") from exc
+            found[impl.plugin_name] = answer
         return found
+
+
+def discover_configured(
+    path: Optional[Path] = None, *, environ: Mapping[str, str] = os.environ, collect: bool = False
+) -> PluginSet:
+    """Read plugins.toml (``path``, else the one :func:`config.locate` finds)
+    and :func:`discover` its plugins; the file's own problems and the
+    cross-check problems come in one ConfigError."""
+    try:
+        config = config_mod.load(path, environ=environ)
+        problems: Sequence[str] = ()
+    except ConfigError as exc:
+        if exc.partial is None:
+            raise
+        config, problems = exc.partial, exc.problems
+    return discover(config, environ=environ, collect=collect, config_problems=problems)
 
 
 def new_manager() -> pluggy.PluginManager:
@@ -122,22 +170,23 @@ def discover(
     environ: Mapping[str, str] = os.environ,
     entry_points: Optional[Iterable[metadata.EntryPoint]] = None,
     collect: bool = False,
+    config_problems: Sequence[str] = (),
 ) -> PluginSet:
     """Load, validate and cross-check the selected plugins.
 
     Problems with plugins.toml itself (unknown plugin or algorithm names, an
-    algorithm offered twice without a ``plugin`` key) raise ConfigError. A
-    plugin that fails to import or breaks the contract raises PluginError when
+    algorithm offered twice without a ``plugin`` key) raise one ConfigError
+    listing all of them, after ``config_problems`` (problems the parser
+    already found; ``config`` is then its partial result). A plugin that fails
+    to import or breaks the contract raises PluginError when
     ``on_error = "fail"``; with ``"skip"`` (or ``collect=True``, used by
     ``check``) it is dropped and listed in ``failures``.
     """
     if entry_points is None:
         entry_points = metadata.entry_points(group=ENTRY_POINT_GROUP)
-    by_name: Dict[str, metadata.EntryPoint] = {}
-    for ep in entry_points:
-        by_name.setdefault(ep.name, ep)
-
-    selected = _select(config, sorted(by_name), environ)
+    by_name = _by_name(entry_points)
+    problems = list(config_problems)
+    selected = _select(config, sorted(by_name), environ, problems)
     tolerate = collect or config.on_error == "skip"
     pm = new_manager()
     infos: List[PluginInfo] = []
@@ -145,13 +194,12 @@ def discover(
     offered: Dict[str, List[Tuple[str, hookspecs.AlgorithmSpec]]] = {}
 
     for name in selected:
-        ep = by_name[name]
         try:
-            info, specs = _load_one(pm, name, ep)
+            info, specs = _load_one(pm, name, by_name[name])
         except PluginError as exc:
             if pm.get_plugin(name) is not None:
                 pm.unregister(name=name)
-            if not tolerate:
+            if not tolerate and not problems:
                 raise
             failures.append(PluginFailure(name, str(exc)))
             continue
@@ -159,13 +207,32 @@ def discover(
         for spec in specs:
             offered.setdefault(spec.name.upper(), []).append((name, spec))
 
-    failed = {f.plugin for f in failures}
-    algorithms = _match_algorithms(config, offered, set(by_name), set(selected) - failed, failed)
-    return PluginSet(pm, infos, algorithms, failures, config)
+    loaded = {i.name for i in infos}
+    notes: List[str] = []
+    algorithms = _match_algorithms(config, offered, set(by_name), loaded, problems, notes)
+    if problems:
+        raise ConfigError(problems + ([] if tolerate else [f.message for f in failures]))
+    return PluginSet(pm, infos, algorithms, failures, config, notes)
 
 
-def _select(config: Config, installed: Sequence[str], environ: Mapping[str, str]) -> List[str]:
-    problems = []
+def _by_name(entry_points: Iterable[metadata.EntryPoint]) -> Dict[str, List[metadata.EntryPoint]]:
+    """Entry points grouped by plugin name; the same distribution seen twice
+    on ``sys.path`` (same name, version and target) counts once."""
+    by_name: Dict[str, List[metadata.EntryPoint]] = {}
+    for ep in entry_points:
+        same = by_name.setdefault(ep.name, [])
+        if not any(_provider(other) == _provider(ep) for other in same):
+            same.append(ep)
+    return by_name
+
+
+def _provider(ep: metadata.EntryPoint) -> str:
+    """``dist==version (module:attr)`` for messages."""
+    dist = getattr(ep, "dist", None)
+    return f"{dist.name}=={dist.version} ({ep.value})" if dist else ep.value
+
+
+def _select(config: Config, installed: Sequence[str], environ: Mapping[str, str], problems: List[str]) -> List[str]:
     known = ", ".join(installed) or "none"
     for key, names in (("enable", config.enable or ()), ("disable", config.disable)):
         for name in names:
@@ -173,70 +240,93 @@ def _select(config: Config, installed: Sequence[str], environ: Mapping[str, str]
                 problems.append(f"{config.origin}: [plugins] {key}: unknown plugin {name!r} (installed: {known})")
     allowed = None
     raw = environ.get(ALLOW_ENV, "")
-    if raw.strip():
+    if raw:
         allowed = [n.strip() for n in raw.split(",") if n.strip()]
+        if not allowed:
+            problems.append(f"{ALLOW_ENV}={raw!r} names no plugin; unset it to load every enabled plugin")
         for name in allowed:
             if name not in installed:
                 problems.append(f"{ALLOW_ENV}={raw}: unknown plugin {name!r} (installed: {known})")
-    if problems:
-        raise ConfigError(problems)
     chosen = [n for n in installed if (config.enable is None or n in config.enable) and n not in config.disable]
     if allowed is not None:
         chosen = [n for n in chosen if n in allowed]
     return chosen
 
 
-def _load_one(pm: pluggy.PluginManager, name: str, ep: metadata.EntryPoint):
+def _load_one(pm: pluggy.PluginManager, name: str, eps: Sequence[metadata.EntryPoint]):
+    if len(eps) > 1:
+        raise PluginError(name, "the plugin name is claimed by several installed distributions: "
+                          + ", ".join(sorted(map(_provider, eps))) + "; uninstall all but one")
+    ep = eps[0]
     dist = getattr(ep, "dist", None)
+    label = f"{dist.name}=={dist.version}" if dist else None
     try:
         plugin = ep.load()
-    except Exception as exc:
-        raise PluginError(name, f"cannot import {ep.value}: {type(exc).__name__}: {exc}") from exc
+    except (Exception, SystemExit) as exc:
+        raise PluginError(name, f"cannot import {ep.value}: {_describe_exception(exc)}", label) from exc
     try:
         pm.register(plugin, name=name)
         pm.check_pending()
     except pluggy.PluginValidationError as exc:
         detail = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
-        raise PluginError(name, f"breaks the hook contract: {detail}") from exc
+        raise PluginError(name, f"breaks the hook contract: {detail}", label) from exc
     except ValueError as exc:
-        raise PluginError(name, str(exc)) from exc
+        raise PluginError(name, str(exc), label) from exc
+    mine = [(hook, impl) for hook in _HOOK_NAMES for impl in getattr(pm.hook, hook).get_hookimpls() if impl.plugin_name == name]
+    for hook, impl in mine:
+        if impl.hookwrapper or getattr(impl, "wrapper", False):
+            raise PluginError(name, f"{hook} is a hook wrapper (wrapper=True or hookwrapper=True); this contract has no "
+                              "wrappers: every answer must come from the one plugin that owns the algorithm", label)
     info = PluginInfo(
         name=name,
         distribution=dist.name if dist else None,
         version=dist.version if dist else None,
         module_file=getattr(inspect.getmodule(plugin), "__file__", None),
     )
-    impls = [i for i in pm.hook.sgl_spec_algorithms.get_hookimpls() if i.plugin_name == name]
     specs: List[hookspecs.AlgorithmSpec] = []
-    for impl in impls:
+    for hook, impl in mine:
+        if hook != "sgl_spec_algorithms":
+            continue
         try:
             result = impl.function()
-        except Exception as exc:
-            raise PluginError(name, f"sgl_spec_algorithms raised {type(exc).__name__}: {exc}") from exc
-        specs.extend(_check_specs(name, result))
+        except (Exception, SystemExit) as exc:
+            raise PluginError(name, f"sgl_spec_algorithms raised {_describe_exception(exc)}", label) from exc
+        specs.extend(_check_specs(name, result, label))
     return info, specs
 
 
-def _check_specs(plugin: str, result: Any) -> List[hookspecs.AlgorithmSpec]:
+_HOOK_NAMES = tuple(sorted(n for n in vars(hookspecs) if n.startswith("sgl_spec_")))
+
+
+def _describe_exception(exc: BaseException) -> str:
+    if isinstance(exc, SystemExit):
+        return f"SystemExit (it called sys.exit({exc.code!r}))"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _check_specs(plugin: str, result: Any, label: Optional[str]) -> List[hookspecs.AlgorithmSpec]:
+    def fail(message: str) -> PluginError:
+        return PluginError(plugin, message, label)
+
     if isinstance(result, (str, bytes)) or not isinstance(result, (list, tuple)):
-        raise PluginError(plugin, f"sgl_spec_algorithms must return a list of AlgorithmSpec, got {result!r}")
+        raise fail(f"sgl_spec_algorithms must return a list of AlgorithmSpec, got {result!r}")
     seen = set()
     for spec in result:
         if not isinstance(spec, hookspecs.AlgorithmSpec):
-            raise PluginError(plugin, f"sgl_spec_algorithms returned {spec!r}, not an AlgorithmSpec")
-        upper = spec.name.upper() if isinstance(spec.name, str) else None
-        if not upper or not upper.replace("_", "").isalnum():
-            raise PluginError(plugin, f"algorithm name {spec.name!r} is not a valid name (letters, digits, _)")
+            raise fail(f"sgl_spec_algorithms returned {spec!r}, not an AlgorithmSpec")
+        if not valid_algorithm_name(spec.name):
+            raise fail(f"algorithm name {spec.name!r} is not a valid name (ASCII letters, digits and _, starting with a letter)")
+        upper = spec.name.upper()
         if upper in RESERVED_ALGORITHM_NAMES:
-            raise PluginError(plugin, f"algorithm name {upper!r} is reserved by SGLang for a built-in algorithm")
+            raise fail(f"algorithm name {upper!r} is reserved by SGLang for a built-in algorithm")
         if upper in seen:
-            raise PluginError(plugin, f"offers algorithm {upper!r} twice")
+            raise fail(f"offers algorithm {upper!r} twice")
         if not callable(spec.worker_factory):
-            raise PluginError(plugin, f"algorithm {upper}: worker_factory is not callable")
+            raise fail(f"algorithm {upper}: worker_factory is not callable")
         if spec.validate_server_args is not None and not callable(spec.validate_server_args):
-            raise PluginError(plugin, f"algorithm {upper}: validate_server_args is not callable")
+            raise fail(f"algorithm {upper}: validate_server_args is not callable")
         if not isinstance(spec.supports_overlap, bool):
-            raise PluginError(plugin, f"algorithm {upper}: supports_overlap must be a bool")
+            raise fail(f"algorithm {upper}: supports_overlap must be a bool")
         seen.add(upper)
     return list(result)
 
@@ -246,22 +336,27 @@ def _match_algorithms(
     offered: Mapping[str, List[Tuple[str, hookspecs.AlgorithmSpec]]],
     installed: set,
     loaded: set,
-    failed: set,
+    problems: List[str],
+    notes: List[str],
 ) -> Dict[str, OfferedAlgorithm]:
-    problems = []
+    """Pair each offered algorithm with its table. A table whose plugin is
+    installed but not loaded (disabled, narrowed out by ``SGLANG_SPEC_PLUGINS``
+    or skipped) is inert: noted, not an error. So is a table no loaded plugin
+    offers while some installed plugin is not loaded (it may offer it)."""
     origin = config.origin
+    not_loaded = sorted(installed - loaded)
     for name, table in config.algorithms.items():
         owners = [plugin for plugin, _ in offered.get(name, [])]
-        if not owners and failed and (table.plugin is None or table.plugin in failed):
-            continue  # its plugin was skipped; that failure is reported already
         if table.plugin is not None and table.plugin not in installed:
-            problems.append(f"{origin}: [algorithms.{name}] plugin: unknown plugin {table.plugin!r}")
+            problems.append(f"{origin}: [algorithms.{name}] plugin: unknown plugin {table.plugin!r} (installed: {', '.join(sorted(installed)) or 'none'})")
         elif table.plugin is not None and table.plugin not in loaded:
-            problems.append(f"{origin}: [algorithms.{name}] plugin: plugin {table.plugin!r} is not enabled")
+            notes.append(f"{origin}: [algorithms.{name}] is inert: its plugin {table.plugin!r} is not loaded")
         elif table.plugin is not None and table.plugin not in owners:
             problems.append(f"{origin}: [algorithms.{name}] plugin: plugin {table.plugin!r} does not offer {name} (offered by: {', '.join(owners) or 'no enabled plugin'})")
+        elif not owners and not_loaded:
+            notes.append(f"{origin}: [algorithms.{name}] is inert: no loaded plugin offers it (not loaded: {', '.join(not_loaded)})")
         elif not owners:
-            problems.append(f"{origin}: [algorithms.{name}]: unknown algorithm; no enabled plugin offers it")
+            problems.append(f"{origin}: [algorithms.{name}]: unknown algorithm; no installed plugin offers it")
     chosen: Dict[str, OfferedAlgorithm] = {}
     for name, candidates in sorted(offered.items()):
         table = config.algorithm(name)
@@ -277,6 +372,4 @@ def _match_algorithms(
             continue
         plugin, spec = candidates[0]
         chosen[name] = OfferedAlgorithm(spec=spec, plugin=plugin, config=table)
-    if problems:
-        raise ConfigError(problems)
     return chosen

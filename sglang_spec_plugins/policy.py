@@ -2,17 +2,34 @@
 
 A :class:`VerifyPolicy` asks the owning plugin (through
 :meth:`PluginSet.answers`) for the verify width, the maximum width and
-whether the draft worker may verify; it validates each answer the first time
-an argument tuple is seen and caches it, so the serving hot path is a dict
-lookup. Every rejected answer raises PluginError naming the plugin.
+whether the draft worker may verify. The first time an argument tuple is
+seen it asks twice (an answer that changes between calls is impure, and
+CUDA graphs captured at one width would be replayed at another), validates
+the answer and caches it, so the serving hot path is a dict lookup.
+
+Who is blamed: a hook that raises, answers out of range or answers
+differently twice is the owning plugin's fault; an answer for another
+plugin's algorithm is the answering plugin's fault; a
+``max_tokens_per_req`` below ``num_draft_tokens`` is plugins.toml's fault.
+Plugin faults raise PluginError naming the plugin and its distribution,
+config faults ConfigError naming file, table and key.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Dict, Mapping, Optional, Tuple
 
-from .errors import PluginError
+from .errors import ConfigError, PluginError
 from .plugins import OfferedAlgorithm, PluginSet
+
+logger = logging.getLogger("sglang_spec_plugins")
+
+UNCAPPED_MAX_WIDTH = 64
+"""Without ``max_tokens_per_req`` a plugin's maximum width may be at most
+``max(num_draft_tokens, UNCAPPED_MAX_WIDTH)``: the maximum sizes KV
+reservation and CUDA-graph capture, so anything wider needs the operator's
+explicit cap."""
 
 
 class VerifyPolicy:
@@ -49,21 +66,17 @@ class VerifyPolicy:
         except KeyError:
             pass
         ndt = self._check_ndt(num_draft_tokens)
+        call = f"sgl_spec_verify_width(num_draft_tokens={ndt}, is_draft_worker={bool(is_draft_worker)})"
         answer = self._owner_answer(
-            "sgl_spec_verify_width",
-            algorithm=self.algorithm,
-            num_draft_tokens=ndt,
-            is_draft_worker=bool(is_draft_worker),
+            "sgl_spec_verify_width", call,
+            algorithm=self.algorithm, num_draft_tokens=ndt, is_draft_worker=bool(is_draft_worker),
         )
         width = ndt if answer is None else answer
         limit = self.max_width(ndt)
         if not _is_int(width) or not 1 <= width <= limit:
-            raise PluginError(
-                self.plugin,
-                f"algorithm {self.algorithm}: sgl_spec_verify_width(num_draft_tokens={ndt}, is_draft_worker={bool(is_draft_worker)}) "
-                f"returned {width!r}; it must be an int from 1 to the maximum width {limit}",
-            )
+            raise self._fault(f"{call} returned {width!r}; it must be an int from 1 to the maximum width {limit}")
         self._widths[(num_draft_tokens, is_draft_worker)] = width
+        logger.info("sglang-spec-plugins: algorithm %s (plugin %s): %s = %d", self.algorithm, self.plugin, call, width)
         return width
 
     def max_width(self, num_draft_tokens: int) -> int:
@@ -73,21 +86,21 @@ class VerifyPolicy:
         except KeyError:
             pass
         ndt = self._check_ndt(num_draft_tokens)
-        answer = self._owner_answer(
-            "sgl_spec_max_verify_width", algorithm=self.algorithm, num_draft_tokens=ndt
-        )
+        where = f"[algorithms.{self.algorithm}] max_tokens_per_req = {self.ceiling} in {self._plugins.config.origin}"
+        if self.ceiling is not None and self.ceiling < ndt:
+            raise ConfigError([f"{where} is below speculative_num_draft_tokens={ndt}; raise it to at least {ndt}"])
+        call = f"sgl_spec_max_verify_width(num_draft_tokens={ndt})"
+        answer = self._owner_answer("sgl_spec_max_verify_width", call, algorithm=self.algorithm, num_draft_tokens=ndt)
         if answer is None:
             answer = self.ceiling if self.ceiling is not None else ndt
-            source = "plugins.toml max_tokens_per_req" if self.ceiling is not None else "num_draft_tokens"
-        else:
-            source = "sgl_spec_max_verify_width"
-        if not _is_int(answer) or answer < ndt:
-            raise PluginError(self.plugin, f"algorithm {self.algorithm}: maximum width {answer!r} (from {source}) must be an int >= num_draft_tokens={ndt}")
-        if self.ceiling is not None and answer > self.ceiling:
-            raise PluginError(
-                self.plugin,
-                f"algorithm {self.algorithm}: sgl_spec_max_verify_width returned {answer}, above "
-                f"[algorithms.{self.algorithm}] max_tokens_per_req = {self.ceiling} in {self._plugins.config.origin}",
+        elif not _is_int(answer) or answer < ndt:
+            raise self._fault(f"{call} returned {answer!r}; the maximum width must be an int >= num_draft_tokens={ndt}")
+        elif self.ceiling is not None and answer > self.ceiling:
+            raise self._fault(f"{call} returned {answer}, above {where}")
+        elif self.ceiling is None and answer > max(ndt, UNCAPPED_MAX_WIDTH):
+            raise self._fault(
+                f"{call} returned {answer}, above {max(ndt, UNCAPPED_MAX_WIDTH)}, the most allowed without a cap; "
+                f"an operator allows it with [algorithms.{self.algorithm}] max_tokens_per_req in {self._plugins.config.origin}"
             )
         self._max_widths[num_draft_tokens] = answer
         return answer
@@ -95,30 +108,101 @@ class VerifyPolicy:
     def draft_may_verify(self) -> bool:
         """Whether the drafter's own worker may run TARGET_VERIFY."""
         if self._draft_may_verify is None:
-            answer = self._owner_answer("sgl_spec_draft_may_verify", algorithm=self.algorithm)
+            call = "sgl_spec_draft_may_verify()"
+            answer = self._owner_answer("sgl_spec_draft_may_verify", call, algorithm=self.algorithm)
             if answer is not None and not isinstance(answer, bool):
-                raise PluginError(self.plugin, f"algorithm {self.algorithm}: sgl_spec_draft_may_verify returned {answer!r}; it must be a bool")
+                raise self._fault(f"{call} returned {answer!r}; it must be a bool")
             self._draft_may_verify = bool(answer)
         return self._draft_may_verify
 
     def validate(self, num_draft_tokens: int) -> None:
-        """Resolve every answer SGLang will ask for at this ndt; raises on the first bad one."""
+        """Resolve every answer SGLang will ask for at this ndt: the maximum and
+        the width for the target and for the draft worker (SGLang asks for the
+        draft worker's width to size its buffers even when it never verifies).
+        Raises on the first bad one."""
         self.width(num_draft_tokens, False)
-        if self.draft_may_verify():
-            self.width(num_draft_tokens, True)
+        self.width(num_draft_tokens, True)
+
+    def check_others_stay_out(self) -> None:
+        """Ask every other plugin each per-algorithm hook for this algorithm;
+        any answer but None, or an exception, is that plugin's fault."""
+        for hook, args in (
+            ("sgl_spec_draft_may_verify", {}),
+            ("sgl_spec_max_verify_width", {"num_draft_tokens": _PROBE_NDT}),
+            ("sgl_spec_verify_width", {"num_draft_tokens": _PROBE_NDT, "is_draft_worker": False}),
+            ("sgl_spec_verify_width", {"num_draft_tokens": _PROBE_NDT, "is_draft_worker": True}),
+        ):
+            call = f"{hook}(algorithm={self.algorithm!r}" + "".join(f", {k}={v!r}" for k, v in args.items()) + ")"
+            answers = self._plugins.answers(hook, exclude=self.plugin, call=call, algorithm=self.algorithm, settings=self.settings, **args)
+            self._refuse_intruders(hook, answers)
 
     def _check_ndt(self, num_draft_tokens: Any) -> int:
         if not _is_int(num_draft_tokens) or num_draft_tokens < 1:
             raise ValueError(f"algorithm {self.algorithm}: speculative_num_draft_tokens must be a positive int, got {num_draft_tokens!r}")
         return num_draft_tokens
 
-    def _owner_answer(self, hook_name: str, **kwargs: Any) -> Any:
-        answers = self._plugins.answers(hook_name, settings=self.settings, **kwargs)
-        intruders = sorted(p for p in answers if p != self.plugin)
-        if intruders:
-            raise PluginError(intruders[0], f"{hook_name} answered for algorithm {self.algorithm}, which plugin {self.plugin!r} owns; return None for algorithms you do not own")
+    def _fault(self, message: str) -> PluginError:
+        return self._plugins.error(self.plugin, f"algorithm {self.algorithm}: {message}")
+
+    def _owner_answer(self, hook_name: str, call: str, **kwargs: Any) -> Any:
+        """The owner's answer (None: it has no implementation), asked twice."""
+        first = self._ask(hook_name, call, kwargs)
+        again = self._ask(hook_name, call, kwargs)
+        if first != again or type(first) is not type(again):
+            raise self._fault(f"{call} answered {first!r}, then {again!r} for the same arguments; answers must be pure "
+                              "(SGLang asks in every process and captures CUDA graphs per width)")
+        return first
+
+    def _ask(self, hook_name: str, call: str, kwargs: Mapping[str, Any]) -> Any:
+        answers = self._plugins.answers(hook_name, call=f"algorithm {self.algorithm}: {call}", settings=self.settings, **kwargs)
+        self._refuse_intruders(hook_name, answers)
+        if self.plugin in answers and answers[self.plugin] is None:
+            raise self._fault(
+                f"{call} returned None for its own algorithm {self.algorithm}; hooks receive the name upper case, "
+                f"as SGLang registers it (compare with {self.algorithm!r}), and a plugin implementing a hook answers "
+                "it for every algorithm it owns"
+            )
         return answers.get(self.plugin)
+
+
+    def _refuse_intruders(self, hook_name: str, answers: Mapping[str, Any]) -> None:
+        intruders = sorted(p for p, a in answers.items() if p != self.plugin and a is not None)
+        if intruders:
+            raise self._plugins.error(
+                intruders[0],
+                f"{hook_name} answered {answers[intruders[0]]!r} for algorithm {self.algorithm}, which plugin "
+                f"{self.plugin!r} owns; return None for algorithms you do not own",
+            )
 
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+_PROBE_NDT = 16
+"""The ``num_draft_tokens`` at which :func:`build_policies` asks non-owners
+whether they stay out of other plugins' algorithms (any value would do:
+the answer must be None for every argument)."""
+
+
+def build_policies(plugin_set: PluginSet, *, tolerate: bool) -> Tuple[PluginSet, Dict[str, VerifyPolicy]]:
+    """One policy per enabled algorithm, with every answer that needs no
+    ``num_draft_tokens`` checked now, and every plugin checked to stay out of
+    algorithms it does not own.
+
+    A fault is charged to the plugin that caused it. With ``tolerate``
+    (``on_error = "skip"``, or ``check`` collecting every problem) that
+    plugin is dropped whole, all its algorithms with it, and the rest is
+    checked again; otherwise the PluginError is raised.
+    """
+    while True:
+        policies = {name: VerifyPolicy(plugin_set, offered) for name, offered in plugin_set.algorithms.items()}
+        try:
+            for policy in policies.values():
+                policy.draft_may_verify()
+                policy.check_others_stay_out()
+            return plugin_set, policies
+        except PluginError as exc:
+            if not tolerate or exc.plugin not in {p.name for p in plugin_set.plugins}:
+                raise
+            plugin_set = plugin_set.without(exc)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import textwrap
 from pathlib import Path
-from typing import Dict
+from typing import Dict, Optional
 
 
 def make_dist(root: Path, name: str, entry_points: Dict[str, str], modules: Dict[str, str], version: str = "1.0") -> Path:
@@ -28,28 +28,24 @@ def make_dist(root: Path, name: str, entry_points: Dict[str, str], modules: Dict
 PLUGIN_HEADER = "from sglang_spec_plugins import AlgorithmSpec, hookimpl\n"
 
 
-def simple_plugin(algorithm: str, width: str = "None", draft: str = "None", max_width: str = "None") -> str:
-    """Source of a module-style plugin offering ``algorithm``; the hook bodies
-    are expressions (``width`` may use ``num_draft_tokens`` and ``settings``)."""
-    return PLUGIN_HEADER + textwrap.dedent(f"""
+def simple_plugin(algorithm: str, width: Optional[str] = None, draft: Optional[str] = None, max_width: Optional[str] = None) -> str:
+    """Source of a module-style plugin offering ``algorithm``; each given hook
+    body is an expression (``width`` may use ``num_draft_tokens`` and
+    ``settings``), a hook not given is not implemented."""
+    hooks = {
+        "sgl_spec_verify_width(algorithm, num_draft_tokens, is_draft_worker, settings)": width,
+        "sgl_spec_draft_may_verify(algorithm, settings)": draft,
+        "sgl_spec_max_verify_width(algorithm, num_draft_tokens, settings)": max_width,
+    }
+    source = PLUGIN_HEADER + textwrap.dedent(f"""
         class Worker:
             pass
 
         @hookimpl
         def sgl_spec_algorithms():
             return [AlgorithmSpec(name={algorithm!r}, worker_factory=lambda server_args: Worker)]
-
-        @hookimpl
-        def sgl_spec_verify_width(algorithm, num_draft_tokens, is_draft_worker, settings):
-            if algorithm != {algorithm!r}.upper():
-                return None
-            return {width}
-
-        @hookimpl
-        def sgl_spec_draft_may_verify(algorithm, settings):
-            return ({draft}) if algorithm == {algorithm!r}.upper() else None
-
-        @hookimpl
-        def sgl_spec_max_verify_width(algorithm, num_draft_tokens, settings):
-            return ({max_width}) if algorithm == {algorithm!r}.upper() else None
         """)
+    for signature, body in hooks.items():
+        if body is not None:
+            source += f"\n@hookimpl\ndef {signature}:\n    return ({body}) if algorithm == {algorithm.upper()!r} else None\n"
+    return source

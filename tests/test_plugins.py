@@ -53,14 +53,17 @@ def test_unknown_plugin_names(two, write_toml, monkeypatch):
 
 def test_unknown_algorithm_and_wrong_owner(two, write_toml):
     base = "[plugins]\nenable = ['alpha', 'beta']\n"
-    with pytest.raises(ConfigError, match=r"plugins.toml: \[algorithms.GAMMA\]: unknown algorithm; no enabled plugin offers it"):
-        discover(cfg(write_toml, base + "[algorithms.gamma]\n"))
+    with pytest.raises(ConfigError, match=r"plugins.toml: \[algorithms.GAMMA\]: unknown algorithm; no installed plugin offers it"):
+        discover(cfg(write_toml, "[algorithms.gamma]\n"))  # every installed plugin loaded: nobody offers it
+    narrowed = discover(cfg(write_toml, base + "[algorithms.gamma]\n"))  # a plugin left out may offer it
+    assert narrowed.notes == (f"{write_toml('x').parent / 'plugins.toml'}: [algorithms.GAMMA] is inert: no loaded plugin offers it (not loaded: dflash_block, sbd)",)
     with pytest.raises(ConfigError, match=r"\[algorithms.ALPHA\] plugin: plugin 'beta' does not offer ALPHA \(offered by: alpha\)"):
         discover(cfg(write_toml, base + "[algorithms.ALPHA]\nplugin = 'beta'\n"))
     with pytest.raises(ConfigError, match=r"\[algorithms.ALPHA\] plugin: unknown plugin 'zeta'"):
         discover(cfg(write_toml, base + "[algorithms.ALPHA]\nplugin = 'zeta'\n"))
-    with pytest.raises(ConfigError, match=r"\[algorithms.ALPHA\] plugin: plugin 'alpha' is not enabled"):
-        discover(cfg(write_toml, "[plugins]\nenable = ['beta']\n[algorithms.ALPHA]\nplugin = 'alpha'\n"))
+    left_out = discover(cfg(write_toml, "[plugins]\nenable = ['beta']\n[algorithms.ALPHA]\nplugin = 'alpha'\n"))
+    assert list(left_out.algorithms) == ["BETA"]
+    assert left_out.notes[0].endswith("[algorithms.ALPHA] is inert: its plugin 'alpha' is not loaded")
 
 
 def test_algorithm_offered_by_two_plugins(site, write_toml):
@@ -79,23 +82,23 @@ def test_disabled_algorithm_is_not_offered(two, write_toml):
 
 
 BROKEN = {
-    "import": ("raise RuntimeError('no CUDA here')\n", r"plugin 'bad': cannot import bad_mod: RuntimeError: no CUDA here"),
+    "import": ("raise RuntimeError('no CUDA here')\n", r"plugin 'bad' \(bad-drafter==1.0\): cannot import bad_mod: RuntimeError: no CUDA here"),
     "unknown hook": (PLUGIN_HEADER + "@hookimpl\ndef sgl_spec_verify_widht(algorithm):\n    return 1\n",
-                     r"plugin 'bad': breaks the hook contract: .*unknown hook 'sgl_spec_verify_widht'"),
+                     r"plugin 'bad' \(bad-drafter==1.0\): breaks the hook contract: .*unknown hook 'sgl_spec_verify_widht'"),
     "wrong argument": (PLUGIN_HEADER + "@hookimpl\ndef sgl_spec_verify_width(algo):\n    return 1\n",
-                       r"plugin 'bad': breaks the hook contract: .*sgl_spec_verify_width.*algo"),
+                       r"plugin 'bad' \(bad-drafter==1.0\): breaks the hook contract: .*sgl_spec_verify_width.*algo"),
     "not a list": (PLUGIN_HEADER + "@hookimpl\ndef sgl_spec_algorithms():\n    return 'X'\n",
-                   r"plugin 'bad': sgl_spec_algorithms must return a list of AlgorithmSpec, got 'X'"),
+                   r"plugin 'bad' \(bad-drafter==1.0\): sgl_spec_algorithms must return a list of AlgorithmSpec, got 'X'"),
     "reserved": (PLUGIN_HEADER + "@hookimpl\ndef sgl_spec_algorithms():\n    return [AlgorithmSpec('eagle3', lambda a: object)]\n",
-                 r"plugin 'bad': algorithm name 'EAGLE3' is reserved by SGLang"),
+                 r"plugin 'bad' \(bad-drafter==1.0\): algorithm name 'EAGLE3' is reserved by SGLang"),
     "bad name": (PLUGIN_HEADER + "@hookimpl\ndef sgl_spec_algorithms():\n    return [AlgorithmSpec('my-algo', lambda a: object)]\n",
-                 r"plugin 'bad': algorithm name 'my-algo' is not a valid name"),
+                 r"plugin 'bad' \(bad-drafter==1.0\): algorithm name 'my-algo' is not a valid name"),
     "twice": (PLUGIN_HEADER + "@hookimpl\ndef sgl_spec_algorithms():\n    return [AlgorithmSpec('X', lambda a: object), AlgorithmSpec('x', lambda a: object)]\n",
-              r"plugin 'bad': offers algorithm 'X' twice"),
+              r"plugin 'bad' \(bad-drafter==1.0\): offers algorithm 'X' twice"),
     "factory": (PLUGIN_HEADER + "@hookimpl\ndef sgl_spec_algorithms():\n    return [AlgorithmSpec('X', None)]\n",
-                r"plugin 'bad': algorithm X: worker_factory is not callable"),
+                r"plugin 'bad' \(bad-drafter==1.0\): algorithm X: worker_factory is not callable"),
     "raises": (PLUGIN_HEADER + "@hookimpl\ndef sgl_spec_algorithms():\n    raise KeyError('cfg')\n",
-               r"plugin 'bad': sgl_spec_algorithms raised KeyError"),
+               r"plugin 'bad' \(bad-drafter==1.0\): sgl_spec_algorithms raised KeyError"),
 }
 
 
@@ -120,4 +123,4 @@ def test_broken_plugin_is_skipped_on_request(two, write_toml):
 def test_answers_are_traced_to_their_plugin(two, write_toml):
     ps = discover(cfg(write_toml, "[plugins]\nenable = ['alpha', 'beta']\n"))
     got = ps.answers("sgl_spec_verify_width", algorithm="ALPHA", num_draft_tokens=8, is_draft_worker=False, settings={})
-    assert got == {"alpha": 4}
+    assert got == {"alpha": 4, "beta": None}

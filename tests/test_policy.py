@@ -4,7 +4,7 @@ import pytest
 
 from dists import simple_plugin
 from sglang_spec_plugins import config
-from sglang_spec_plugins.errors import PluginError
+from sglang_spec_plugins.errors import ConfigError, PluginError
 from sglang_spec_plugins.plugins import discover
 from sglang_spec_plugins.policy import VerifyPolicy
 
@@ -45,7 +45,7 @@ def test_answers_are_cached_per_argument_tuple(site, write_toml):
         assert policy.width(8, False) == 4
         assert policy.width(8, True) == 4
         assert policy.width(16, False) == 8
-    assert calls == [(8, False), (8, True), (16, False)]
+    assert calls == [(8, False), (8, False), (8, True), (8, True), (16, False), (16, False)]  # asked twice, then cached
 
 
 @pytest.mark.parametrize(
@@ -56,10 +56,16 @@ def test_answers_are_cached_per_argument_tuple(site, write_toml):
         ({"width": "4.0"}, "", r"returned 4.0; it must be an int"),
         ({"width": "True"}, "", r"returned True; it must be an int"),
         ({"width": "17"}, "[algorithms.ALGO]\nmax_tokens_per_req = 16\n", r"returned 17; .* maximum width 16"),
-        ({"max_width": "4"}, "", r"maximum width 4 \(from sgl_spec_max_verify_width\) must be an int >= num_draft_tokens=8"),
-        ({"max_width": "32"}, "[algorithms.ALGO]\nmax_tokens_per_req = 16\n", r"sgl_spec_max_verify_width returned 32, above \[algorithms.ALGO\] max_tokens_per_req = 16 in .*plugins.toml"),
-        ({}, "[algorithms.ALGO]\nmax_tokens_per_req = 4\n", r"maximum width 4 \(from plugins.toml max_tokens_per_req\) must be an int >= num_draft_tokens=8"),
-        ({"width": "1 // 0"}, "", r"hook sgl_spec_verify_width raised ZeroDivisionError"),
+        ({"max_width": "4"}, "", r"sgl_spec_max_verify_width\(num_draft_tokens=8\) returned 4; the maximum width must be an int >= num_draft_tokens=8"),
+        ({"max_width": "32"}, "[algorithms.ALGO]\nmax_tokens_per_req = 16\n", r"sgl_spec_max_verify_width\(num_draft_tokens=8\) returned 32, above \[algorithms.ALGO\] max_tokens_per_req = 16 in .*plugins.toml"),
+        ({"max_width": "65"}, "", r"returned 65, above 64, the most allowed without a cap; an operator allows it with \[algorithms.ALGO\] max_tokens_per_req"),
+        ({"width": "'4'"}, "", r"returned '4'; it must be an int"),
+        ({"width": "None"}, "", r"sgl_spec_verify_width\(num_draft_tokens=8, is_draft_worker=False\) returned None for its own algorithm ALGO; hooks receive the name upper case"),
+        ({"width": "__import__('random').randint(1, 10**9)"}, "[algorithms.ALGO]\nmax_tokens_per_req = 1000000000\n", r"answered \d+, then \d+ for the same arguments; answers must be pure"),
+        ({"width": "4 if is_draft_worker else 2", "max_width": "num_draft_tokens // 2"}, "", r"returned 4; the maximum width must be an int >= num_draft_tokens=8"),
+        ({"width": "2 if not is_draft_worker else 9"}, "", r"sgl_spec_verify_width\(num_draft_tokens=8, is_draft_worker=True\) returned 9; it must be an int from 1 to the maximum width 8"),
+        ({"width": "exit(3)"}, "", r"sgl_spec_verify_width\(num_draft_tokens=8, is_draft_worker=False\) raised SystemExit \(it called sys.exit\(3\)\)"),
+        ({"width": "1 // 0"}, "", r"sgl_spec_verify_width\(num_draft_tokens=8, is_draft_worker=False\) raised ZeroDivisionError"),
     ],
 )
 def test_bad_width_answers_name_the_plugin(site, write_toml, hooks, extra, message):
@@ -67,12 +73,18 @@ def test_bad_width_answers_name_the_plugin(site, write_toml, hooks, extra, messa
     with pytest.raises(PluginError, match=message) as info:
         policy.validate(8)
     assert info.value.plugin == "p"
-    assert str(info.value).startswith("plugin 'p': ")
+    assert str(info.value).startswith("plugin 'p' (p-drafter==1.0): algorithm ALGO: ")
+
+
+def test_a_cap_below_num_draft_tokens_is_the_files_fault(site, write_toml):
+    policy = policy_for(site, write_toml, "[algorithms.ALGO]\nmax_tokens_per_req = 4\n")
+    with pytest.raises(ConfigError, match=r"\[algorithms.ALGO\] max_tokens_per_req = 4 in .*plugins.toml is below speculative_num_draft_tokens=8; raise it to at least 8"):
+        policy.validate(8)
 
 
 def test_draft_answer_must_be_bool(site, write_toml):
     policy = policy_for(site, write_toml, draft="'yes'")
-    with pytest.raises(PluginError, match=r"sgl_spec_draft_may_verify returned 'yes'; it must be a bool"):
+    with pytest.raises(PluginError, match=r"sgl_spec_draft_may_verify\(\) returned 'yes'; it must be a bool"):
         policy.draft_may_verify()
 
 
@@ -88,5 +100,5 @@ def test_a_plugin_answering_for_another_plugins_algorithm_is_blamed(site, write_
     site.add("greedy", {"greedy": "greedy_mod"}, {"greedy_mod": greedy})
     ps = discover(config.load(write_toml("[plugins]\nenable = ['owner', 'greedy']\n")))
     policy = VerifyPolicy(ps, ps.algorithms["MINE"])
-    with pytest.raises(PluginError, match=r"plugin 'greedy': sgl_spec_verify_width answered for algorithm MINE, which plugin 'owner' owns"):
+    with pytest.raises(PluginError, match=r"plugin 'greedy' \(greedy==1.0\): sgl_spec_verify_width answered 1 for algorithm MINE, which plugin 'owner' owns"):
         policy.width(8, False)

@@ -1,0 +1,76 @@
+"""What the installed SGLang will do with a plugin setup, said before a server starts.
+
+:func:`predict` is ``check``'s look at SGLang: whether this release can
+serve plugin algorithms at all (probe and patch plans), whether SGLang will
+refuse an algorithm for its overlap support, whether each worker class fits
+the release's worker contract, and whether each algorithm's own
+``validate_server_args`` accepts the arguments SGLang would hand it. It
+imports SGLang only when SGLang is installed, and never starts anything.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Mapping, Sequence
+
+from ..plugins import PluginSet
+from .probe import probe
+
+
+def predict(plugin_set: PluginSet, policies: Mapping[str, Any], ndts: Sequence[int], disable_overlap: bool) -> Dict[str, Any]:
+    """``{"version", "summary", "lines", "problems"}`` for the installed SGLang."""
+    found = probe()
+    if not found.installed:
+        return {"version": None, "summary": "not installed here: release-specific checks skipped", "lines": [], "problems": []}
+    problems: List[str] = []
+    lines: List[str] = []
+    names = ", ".join(policies) or "no algorithm"
+    reasons = list(found.problems())
+    if not reasons:
+        from ..patches import PATCHES, plan_all
+
+        plans = plan_all(PATCHES, found.version)
+        reasons = [f"patch {name}: {plan.reason}" for name, plan in plans.items() if plan.verdict == "refused"]
+        lines += [f"patch {name}: {plan.verdict}" for name, plan in plans.items() if plan.verdict == "apply"]
+    if reasons:
+        if policies:
+            problems.append(f"SGLang {found.version} cannot serve {names}: {'; '.join(reasons)}; the loader will register nothing")
+        return {"version": found.version, "summary": f"{found.version}: cannot serve plugin algorithms", "lines": reasons, "problems": problems}
+
+    from .worker_contract import check_worker, contract, overlap_flag_needed
+
+    release = contract()
+    for name, policy in policies.items():
+        offered = plugin_set.algorithms[name]
+        origin = plugin_set.error(offered.plugin, f"algorithm {name}")
+        flag = overlap_flag_needed(offered.spec.supports_overlap, release)
+        if flag and not disable_overlap:
+            problems.append(f"{origin}: supports_overlap=False: SGLang {found.version} refuses to start it without {flag}")
+        for ndt in ndts or [None]:
+            try:
+                args = server_args(name, ndt, disable_overlap)
+            except Exception as exc:
+                lines.append(f"validate_server_args and worker_factory not run for {name}: ServerArgs could not be built here: {type(exc).__name__}: {exc}")
+                break
+            if ndt is not None and offered.spec.validate_server_args is not None:
+                try:
+                    offered.spec.validate_server_args(args)
+                except Exception as exc:  # SGLang stops on any exception from the validator
+                    problems.append(f"{origin}: validate_server_args refused --speculative-num-draft-tokens {ndt}: {type(exc).__name__}: {exc}")
+            try:
+                worker = offered.spec.worker_factory(args)
+            except Exception as exc:
+                problems.append(f"{origin}: worker_factory raised {type(exc).__name__}: {exc}")
+                continue
+            problems += [f"{origin}: {line}" for line in check_worker(worker, release)]
+    return {"version": found.version, "summary": f"{found.version}: can serve plugin algorithms", "lines": lines,
+            "problems": sorted(set(problems), key=problems.index)}
+
+
+def server_args(algorithm: str, num_draft_tokens: Any, disable_overlap: bool) -> Any:
+    """The installed release's own ``ServerArgs`` with the speculative
+    arguments an operator would pass (a placeholder model path: SGLang's
+    argument pipeline stops before anything model-specific)."""
+    from sglang.srt.server_args import ServerArgs
+
+    return ServerArgs(model_path="dummy", speculative_algorithm=algorithm,
+                      speculative_num_draft_tokens=num_draft_tokens, disable_overlap_schedule=disable_overlap)

@@ -1,0 +1,244 @@
+"""The bad-input catalogue: every way an operator or a plugin author has been
+seen to get a setup wrong, each with the message that must name its source.
+
+A :class:`Case` is a plugins.toml (text or raw bytes), the drafter
+distributions installed beside the two examples, the environment, and the
+message expected. ``ndt`` None: the fault shows while plugins load; an int:
+it shows when SGLang asks for the widths at that ``speculative_num_draft_tokens``.
+``test_bad_inputs.py`` runs each one through SGLang's own ``load_plugins()``
+and through ``sglang-spec-plugins check``.
+"""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, Optional, Union
+
+from dists import PLUGIN_HEADER, simple_plugin
+
+OK_TOML = '[plugins]\nenable = ["sbd"]\n'
+"""A valid base: only the example SBD plugin enabled."""
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    expect: str
+    """A regular expression the error message must match (``{cfg}`` is the plugins.toml path)."""
+    toml: Optional[Union[str, bytes]] = OK_TOML
+    dists: Dict[str, str] = field(default_factory=dict)
+    """plugin name -> module source; installed as ``<name>-drafter==1.0`` with entry point ``<name>``."""
+    env: Dict[str, str] = field(default_factory=dict)
+    ndt: Optional[int] = None
+    setup: Optional[Callable[[Path], Dict[str, str]]] = None
+    """Prepares files under the test's directory; returns environment to set (``{}``: none)."""
+
+
+def plugin(body: str) -> str:
+    return PLUGIN_HEADER + textwrap.dedent(body)
+
+
+def offers(name: str = "BAD", extra: str = "") -> str:
+    return plugin(f"""
+        class Worker:
+            pass
+
+        @hookimpl
+        def sgl_spec_algorithms():
+            return [AlgorithmSpec(name={name!r}, worker_factory=lambda server_args: Worker, supports_overlap=True{extra})]
+        """)
+
+
+def algorithms_returning(expr: str) -> str:
+    return plugin(f"""
+        @hookimpl
+        def sgl_spec_algorithms():
+            return {expr}
+        """)
+
+
+def with_hook(source: str, hook: str) -> str:
+    return source + textwrap.dedent(hook)
+
+
+def config_env(make: Callable[[Path], Path]) -> Callable[[Path], Dict[str, str]]:
+    return lambda root: {"SGLANG_SPEC_PLUGINS_CONFIG": str(make(root))}
+
+
+def local_file(make: Callable[[Path], None]) -> Callable[[Path], Dict[str, str]]:
+    """``./plugins.toml`` in the working directory, no environment variable."""
+
+    def setup(root: Path) -> Dict[str, str]:
+        make(root / "plugins.toml")
+        return {}
+
+    return setup
+
+
+def _dangling(path: Path) -> Path:
+    path.symlink_to(path.parent / "nowhere.toml")
+    return path
+
+
+BAD = "[plugins]\nenable = ['sbd', 'bad']\n"
+SKIPPING = "[plugins]\nenable = ['sbd', 'dflash_block', 'bad']\non_error = 'skip'\n"
+WIDTH = "[plugins]\nenable = ['bad']\n"
+
+CASES = [
+    # --- plugins.toml: the file itself ---
+    Case("toml syntax", r"{cfg}: not valid TOML: .*\(at line 2, column \d+\)", "[plugins]\nenable = [sbd]\n"),
+    Case("not utf-8", r"{cfg}: not UTF-8 text: byte 0xff at line 2, column 15", b"[plugins]\non_error = 'sk\xffip'\n"),
+    Case("latin-1 text", r"{cfg}: not UTF-8 text: byte 0xe9 at line 2", "[algorithms.SBD]\nnote = 'caf\u00e9'\n".encode("latin-1")),
+    Case("nested arrays", r"{cfg}: arrays or tables nested more than 32 levels deep", "[algorithms.SBD]\nx = " + "[" * 2000 + "]" * 2000 + "\n"),
+    Case("nested tables", r"{cfg}: arrays or tables nested more than 32 levels deep", "[algorithms.SBD]\nx = " + "{a = " * 40 + "1" + "}" * 40 + "\n"),
+    Case("top-level key", r"{cfg}: unknown top-level key 'plugin' \(expected \[plugins\] and \[algorithms.NAME\] tables\)", "plugin = 'sbd'\n"),
+    Case("plugins not a table", r"{cfg}: \[plugins\] must be a table", "plugins = 3\n"),
+    Case("plugins unknown key", r"{cfg}: \[plugins\] unknown key 'enabled' \(known: enable, disable, on_error\)", "[plugins]\nenabled = ['sbd']\n"),
+    Case("enable not a list", r"{cfg}: \[plugins\] enable must be a list of plugin names \(strings\), got 'sbd'", "[plugins]\nenable = 'sbd'\n"),
+    Case("enable holds a number", r"{cfg}: \[plugins\] enable must be a list of plugin names \(strings\), got \['sbd', 1\]", "[plugins]\nenable = ['sbd', 1]\n"),
+    Case("enable holds an empty name", r"{cfg}: \[plugins\] enable must be a list of plugin names \(strings\), got \[''\]", "[plugins]\nenable = ['']\n"),
+    Case("disable not a list", r"{cfg}: \[plugins\] disable must be a list of plugin names", "[plugins]\ndisable = {x = 1}\n"),
+    Case("on_error unknown", r"{cfg}: \[plugins\] on_error must be one of 'fail', 'skip', got 'maybe'", "[plugins]\non_error = 'maybe'\n"),
+    Case("on_error not a string", r"{cfg}: \[plugins\] on_error must be one of 'fail', 'skip', got \['skip'\]", "[plugins]\non_error = ['skip']\n"),
+    Case("enabled and disabled", r"{cfg}: \[plugins\] plugin 'sbd' is in both enable and disable", "[plugins]\nenable = ['sbd']\ndisable = ['sbd']\n"),
+    Case("enable unknown plugin", r"{cfg}: \[plugins\] enable: unknown plugin 'sdb' \(installed: dflash_block, sbd\)", "[plugins]\nenable = ['sdb']\n"),
+    Case("disable unknown plugin", r"{cfg}: \[plugins\] disable: unknown plugin 'dflash' \(installed: dflash_block, sbd\)", "[plugins]\ndisable = ['dflash']\n"),
+    Case("algorithms not a table", r"{cfg}: \[algorithms\] must be a table of \[algorithms.NAME\] tables", "algorithms = 1\n"),
+    Case("algorithm not a table", r"{cfg}: \[algorithms.SBD\] must be a table", "[algorithms]\nSBD = 1\n"),
+    Case("reserved name", r"{cfg}: \[algorithms.EAGLE\] 'EAGLE' is a built-in SGLang algorithm name", "[algorithms.EAGLE]\n"),
+    Case("reserved alias", r"{cfg}: \[algorithms.nextn\] 'NEXTN' is a built-in SGLang algorithm name", "[algorithms.nextn]\n"),
+    Case("non-ascii table name", r"{cfg}: \[algorithms.SBD\u00c9\] is not a valid algorithm name \(ASCII letters", '[algorithms."SBD\u00c9"]\n'),
+    Case("dash in table name", r"{cfg}: \[algorithms.my-algo\] is not a valid algorithm name", '[algorithms."my-algo"]\n'),
+    Case("plugin key not a string", r"{cfg}: \[algorithms.SBD\] plugin must be a plugin name \(string\), got 3", "[algorithms.SBD]\nplugin = 3\n"),
+    Case("plugin key empty", r"{cfg}: \[algorithms.SBD\] plugin must be a plugin name \(string\), got ''", "[algorithms.SBD]\nplugin = ''\n"),
+    Case("enabled not a bool", r"{cfg}: \[algorithms.SBD\] enabled must be true or false, got 'no'", "[algorithms.SBD]\nenabled = 'no'\n"),
+    Case("cap zero", r"{cfg}: \[algorithms.SBD\] max_tokens_per_req must be a positive integer, got 0", "[algorithms.SBD]\nmax_tokens_per_req = 0\n"),
+    Case("cap a string", r"{cfg}: \[algorithms.SBD\] max_tokens_per_req must be a positive integer, got '16'", "[algorithms.SBD]\nmax_tokens_per_req = '16'\n"),
+    Case("cap a bool", r"{cfg}: \[algorithms.SBD\] max_tokens_per_req must be a positive integer, got True", "[algorithms.SBD]\nmax_tokens_per_req = true\n"),
+    Case("cap a float", r"{cfg}: \[algorithms.SBD\] max_tokens_per_req must be a positive integer, got 8.0", "[algorithms.SBD]\nmax_tokens_per_req = 8.0\n"),
+    Case("misspelled cap", r"{cfg}: \[algorithms.SBD\] 'max_token_per_req' looks like a misspelling of the framework key 'max_tokens_per_req'", "[algorithms.SBD]\nmax_token_per_req = 8\n"),
+    Case("misspelled plugin key", r"{cfg}: \[algorithms.SBD\] 'plugn' looks like a misspelling of the framework key 'plugin'", "[algorithms.SBD]\nplugn = 'sbd'\n"),
+    Case("two tables one name", r"{cfg}: \[algorithms.SBD\] names the same algorithm as another table", "[algorithms.sbd]\n[algorithms.SBD]\n"),
+    Case("table names unknown plugin", r"{cfg}: \[algorithms.SBD\] plugin: unknown plugin 'sdb' \(installed: dflash_block, sbd\)", "[algorithms.SBD]\nplugin = 'sdb'\n"),
+    Case("plugin does not offer it", r"{cfg}: \[algorithms.SBD\] plugin: plugin 'dflash_block' does not offer SBD \(offered by: sbd\)", "[algorithms.SBD]\nplugin = 'dflash_block'\n"),
+    Case("unknown algorithm", r"{cfg}: \[algorithms.SBDX\]: unknown algorithm; no installed plugin offers it", "[algorithms.SBDX]\n"),
+    Case("offered twice", r"{cfg}: \[algorithms.SBD\] plugin: algorithm SBD is offered by several plugins \(bad, sbd\); set plugin",
+         "[plugins]\n", {"bad": offers("sbd")}),
+    Case("many mistakes at once",
+         r"{cfg}: \[plugins\] on_error must be one of .*\n{cfg}: \[algorithms.SBD\] max_tokens_per_req must be .*\n{cfg}: \[plugins\] enable: unknown plugin 'sdb'",
+         "[plugins]\non_error = 'never'\nenable = ['sdb', 'sbd']\n[algorithms.SBD]\nmax_tokens_per_req = -1\n"),
+    # --- where plugins.toml is ---
+    Case("config env missing", r"SGLANG_SPEC_PLUGINS_CONFIG=.*none.toml: no such file", None, setup=config_env(lambda root: root / "none.toml")),
+    Case("config env a directory", r"SGLANG_SPEC_PLUGINS_CONFIG=.*conf.d: not a regular file", None,
+         setup=config_env(lambda root: (root / "conf.d").mkdir() or root / "conf.d")),
+    Case("config env dangling link", r"SGLANG_SPEC_PLUGINS_CONFIG=.*plugins.toml: a symlink to '.*nowhere.toml', which does not exist", None,
+         setup=config_env(lambda root: _dangling(root / "plugins.toml"))),
+    Case("config env name too long", r"SGLANG_SPEC_PLUGINS_CONFIG=.*: cannot be read: File name too long", None,
+         setup=config_env(lambda root: root / ("x" * 300))),
+    Case("local file a directory", r"plugins.toml: not a regular file \(a directory or a device\)", None, setup=local_file(lambda p: p.mkdir())),
+    Case("local file dangling link", r"plugins.toml: a symlink to '.*nowhere.toml', which does not exist", None, setup=local_file(_dangling)),
+    # --- the environment ---
+    Case("allow-list of nothing", r"SGLANG_SPEC_PLUGINS=' , ' names no plugin; unset it", env={"SGLANG_SPEC_PLUGINS": " , "}),
+    Case("allow-list unknown", r"SGLANG_SPEC_PLUGINS=sbd,sdb: unknown plugin 'sdb'", env={"SGLANG_SPEC_PLUGINS": "sbd,sdb"}),
+    # --- plugin distributions that fail to load ---
+    Case("import error", r"plugin 'bad' \(bad-drafter==1.0\): cannot import bad_mod: ImportError: needs flash_attn", BAD,
+         {"bad": "raise ImportError('needs flash_attn')\n"}),
+    Case("sys.exit at import", r"plugin 'bad' \(bad-drafter==1.0\): cannot import bad_mod: SystemExit \(it called sys.exit\(3\)\)", BAD,
+         {"bad": "import sys\nsys.exit(3)\n"}),
+    Case("unknown hook", r"plugin 'bad' \(bad-drafter==1.0\): breaks the hook contract: .*unknown hook 'sgl_spec_verify_widht'", BAD,
+         {"bad": plugin("@hookimpl\ndef sgl_spec_verify_widht(algorithm):\n    return 1\n")}),
+    Case("hook argument unknown", r"plugin 'bad' \(bad-drafter==1.0\): breaks the hook contract: .*sgl_spec_verify_width\(algorithm, ndt\); Argument\(s\) \{'ndt'\} are declared in the hookimpl but can not be found in the hookspec", BAD,
+         {"bad": with_hook(offers(), "@hookimpl\ndef sgl_spec_verify_width(algorithm, ndt):\n    return 1\n")}),
+    Case("algorithms not a list", r"plugin 'bad' \(bad-drafter==1.0\): sgl_spec_algorithms must return a list of AlgorithmSpec, got 'BAD'", BAD,
+         {"bad": algorithms_returning("'BAD'")}),
+    Case("algorithms of dicts", r"plugin 'bad' \(bad-drafter==1.0\): sgl_spec_algorithms returned \{'name': 'BAD'\}, not an AlgorithmSpec", BAD,
+         {"bad": algorithms_returning("[{'name': 'BAD'}]")}),
+    Case("offers a reserved name", r"plugin 'bad' \(bad-drafter==1.0\): algorithm name 'EAGLE3' is reserved by SGLang", BAD, {"bad": offers("eagle3")}),
+    Case("offers a dashed name", r"plugin 'bad' \(bad-drafter==1.0\): algorithm name 'my-algo' is not a valid name", BAD, {"bad": offers("my-algo")}),
+    Case("offers a non-ascii name", r"plugin 'bad' \(bad-drafter==1.0\): algorithm name '\u00c4LGO' is not a valid name \(ASCII", BAD, {"bad": offers("\u00c4LGO")}),
+    Case("offers a name twice", r"plugin 'bad' \(bad-drafter==1.0\): offers algorithm 'X' twice", BAD,
+         {"bad": algorithms_returning("[AlgorithmSpec('X', lambda a: object), AlgorithmSpec('x', lambda a: object)]")}),
+    Case("factory not callable", r"plugin 'bad' \(bad-drafter==1.0\): algorithm X: worker_factory is not callable", BAD,
+         {"bad": algorithms_returning("[AlgorithmSpec('X', None)]")}),
+    Case("validator not callable", r"plugin 'bad' \(bad-drafter==1.0\): algorithm X: validate_server_args is not callable", BAD,
+         {"bad": algorithms_returning("[AlgorithmSpec('X', lambda a: object, validate_server_args='strict')]")}),
+    Case("overlap not a bool", r"plugin 'bad' \(bad-drafter==1.0\): algorithm X: supports_overlap must be a bool", BAD,
+         {"bad": algorithms_returning("[AlgorithmSpec('X', lambda a: object, supports_overlap='yes')]")}),
+    Case("algorithms raises", r"plugin 'bad' \(bad-drafter==1.0\): sgl_spec_algorithms raised KeyError: 'cfg'", BAD,
+         {"bad": plugin("@hookimpl\ndef sgl_spec_algorithms():\n    raise KeyError('cfg')\n")}),
+    Case("algorithms exits", r"plugin 'bad' \(bad-drafter==1.0\): sgl_spec_algorithms raised SystemExit \(it called sys.exit\(2\)\)", BAD,
+         {"bad": plugin("import sys\n@hookimpl\ndef sgl_spec_algorithms():\n    sys.exit(2)\n")}),
+    Case("new-style wrapper", r"plugin 'bad' \(bad-drafter==1.0\): sgl_spec_verify_width is a hook wrapper .*; this contract has no wrappers", BAD,
+         {"bad": with_hook(offers(), "@hookimpl(wrapper=True)\ndef sgl_spec_verify_width():\n    return (yield)\n")}),
+    Case("old-style wrapper", r"plugin 'bad' \(bad-drafter==1.0\): sgl_spec_draft_may_verify is a hook wrapper", BAD,
+         {"bad": with_hook(offers(), "@hookimpl(hookwrapper=True)\ndef sgl_spec_draft_may_verify():\n    yield\n")}),
+    # --- answers that need no num_draft_tokens, checked while loading ---
+    Case("draft hook raises", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: sgl_spec_draft_may_verify\(\) raised RuntimeError: no config", BAD,
+         {"bad": with_hook(offers(), "@hookimpl\ndef sgl_spec_draft_may_verify(algorithm):\n    raise RuntimeError('no config')\n")}),
+    Case("draft answer not a bool", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: sgl_spec_draft_may_verify\(\) returned 'yes'; it must be a bool", BAD,
+         {"bad": with_hook(offers(), "@hookimpl\ndef sgl_spec_draft_may_verify(algorithm):\n    return 'yes' if algorithm == 'BAD' else None\n")}),
+    Case("wrong-case comparison", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: sgl_spec_draft_may_verify\(\) returned None for its own algorithm BAD; hooks receive the name upper case", BAD,
+         {"bad": with_hook(offers("bad"), "@hookimpl\ndef sgl_spec_draft_may_verify(algorithm):\n    return True if algorithm == 'bad' else None\n")}),
+    Case("answers for every algorithm", r"plugin 'bad' \(bad-drafter==1.0\): sgl_spec_draft_may_verify answered True for algorithm SBD, which plugin 'sbd' owns", BAD,
+         {"bad": with_hook(offers(), "@hookimpl\ndef sgl_spec_draft_may_verify():\n    return True\n")}),
+    Case("width for others", r"plugin 'bad' \(bad-drafter==1.0\): sgl_spec_verify_width answered 2 for algorithm SBD, which plugin 'sbd' owns", BAD,
+         {"bad": with_hook(offers(), "@hookimpl\ndef sgl_spec_verify_width(algorithm):\n    return 2\n")}),
+    Case("max raises for others", r"plugin 'bad' \(bad-drafter==1.0\): sgl_spec_max_verify_width\(algorithm='SBD', num_draft_tokens=16\) raised KeyError: 'SBD'", BAD,
+         {"bad": with_hook(offers(), "@hookimpl\ndef sgl_spec_max_verify_width(algorithm):\n    return {'BAD': 16}[algorithm]\n")}),
+    Case("name claimed twice", r"plugin 'sbd': the plugin name is claimed by several installed distributions: sbd-drafter==1.0 \(sbd_mod\), sglang-spec-example-sbd==0.1.0 \(sbd_drafter.plugin\); uninstall all but one",
+         OK_TOML, {"sbd": offers("SBD2")}),
+    # --- widths, checked when SGLang asks at a num_draft_tokens ---
+    Case("width zero", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: sgl_spec_verify_width\(num_draft_tokens=16, is_draft_worker=False\) returned 0; it must be an int from 1 to the maximum width 16",
+         WIDTH, {"bad": simple_plugin("BAD", width="0")}, ndt=16),
+    Case("width above max", r"sgl_spec_verify_width\(num_draft_tokens=8, is_draft_worker=False\) returned 12; it must be an int from 1 to the maximum width 8",
+         WIDTH, {"bad": simple_plugin("BAD", width="12")}, ndt=8),
+    Case("width a float", r"returned 4.0; it must be an int", WIDTH, {"bad": simple_plugin("BAD", width="4.0")}, ndt=8),
+    Case("width a bool", r"returned True; it must be an int", WIDTH, {"bad": simple_plugin("BAD", width="True")}, ndt=8),
+    Case("width a string", r"returned '4'; it must be an int", WIDTH, {"bad": simple_plugin("BAD", width="'4'")}, ndt=8),
+    Case("width changes", r"algorithm BAD: sgl_spec_verify_width\(num_draft_tokens=16, is_draft_worker=False\) answered \d+, then \d+ for the same arguments; answers must be pure",
+         WIDTH + "[algorithms.BAD]\nmax_tokens_per_req = 1000000\n", {"bad": simple_plugin("BAD", width="__import__('itertools').count(1).__next__() + __import__('random').randrange(10**5)")}, ndt=16),
+    Case("width wrong case", r"sgl_spec_verify_width\(num_draft_tokens=8, is_draft_worker=False\) returned None for its own algorithm BAD",
+         WIDTH, {"bad": with_hook(offers("Bad"), "@hookimpl\ndef sgl_spec_verify_width(algorithm):\n    return 2 if algorithm == 'Bad' else None\n")}, ndt=8),
+    Case("draft width only", r"sgl_spec_verify_width\(num_draft_tokens=16, is_draft_worker=True\) returned 32; it must be an int from 1 to the maximum width 16",
+         WIDTH, {"bad": simple_plugin("BAD", width="32 if is_draft_worker else 8")}, ndt=16),
+    Case("max below ndt", r"sgl_spec_max_verify_width\(num_draft_tokens=16\) returned 8; the maximum width must be an int >= num_draft_tokens=16",
+         WIDTH, {"bad": simple_plugin("BAD", max_width="8")}, ndt=16),
+    Case("max above cap", r"sgl_spec_max_verify_width\(num_draft_tokens=8\) returned 32, above \[algorithms.BAD\] max_tokens_per_req = 16 in {cfg}",
+         WIDTH + "[algorithms.BAD]\nmax_tokens_per_req = 16\n", {"bad": simple_plugin("BAD", max_width="32")}, ndt=8),
+    Case("max unbounded", r"sgl_spec_max_verify_width\(num_draft_tokens=8\) returned 1000000, above 64, the most allowed without a cap",
+         WIDTH, {"bad": simple_plugin("BAD", max_width="10**6")}, ndt=8),
+    Case("cap below ndt", r"\[algorithms.BAD\] max_tokens_per_req = 4 in {cfg} is below speculative_num_draft_tokens=8; raise it to at least 8",
+         WIDTH + "[algorithms.BAD]\nmax_tokens_per_req = 4\n", {"bad": simple_plugin("BAD", width="2")}, ndt=8),
+    Case("width hook raises", r"sgl_spec_verify_width\(num_draft_tokens=8, is_draft_worker=False\) raised ZeroDivisionError", WIDTH,
+         {"bad": simple_plugin("BAD", width="num_draft_tokens // 0")}, ndt=8),
+    Case("width hook exits", r"sgl_spec_verify_width\(num_draft_tokens=8, is_draft_worker=False\) raised SystemExit \(it called sys.exit\(7\)\)", WIDTH,
+         {"bad": simple_plugin("BAD", width="__import__('sys').exit(7)")}, ndt=8),
+]
+
+
+def prepare(case: Case, root: Path, site) -> Dict[str, str]:
+    """Install the case's distributions into ``site``, write its files under
+    ``root`` (the working directory) and return the environment it runs with."""
+    for name, source in case.dists.items():
+        site.add(f"{name}-drafter", {name: f"{name}_mod"}, {f"{name}_mod": source})
+    env = dict(case.env)
+    if case.setup is not None:
+        env.update(case.setup(root))
+    elif case.toml is not None:
+        path = root / "plugins.toml"
+        path.write_bytes(case.toml if isinstance(case.toml, bytes) else case.toml.encode("utf-8"))
+        env["SGLANG_SPEC_PLUGINS_CONFIG"] = str(path)
+    return env
+
+
+def expected(case: Case, root: Path) -> str:
+    import re
+
+    return case.expect.replace("{cfg}", re.escape(str(root / "plugins.toml")))
+
+
+assert len({c.id for c in CASES}) == len(CASES), "case ids must be unique"
+assert os.sep == "/", "the messages are written for POSIX paths"

@@ -1,0 +1,169 @@
+"""Every bad input in bad_inputs.CASES, through SGLang's own load_plugins()
+and through ``sglang-spec-plugins check``: the message names its source, and
+nothing stays registered or patched. Then what ``on_error = "skip"`` keeps."""
+
+import json
+import re
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from bad_inputs import BAD, CASES, SKIPPING, Case, expected, offers, plugin, prepare, with_hook
+from sglang_cpu import reset_plugin_state, run_sglang_plugin_loading
+from sglang_spec_plugins import cli
+from sglang_spec_plugins.engine.algorithm import _PolicyMethods
+from sglang_spec_plugins.errors import SpecPluginError, StartupRefused
+from sglang_spec_plugins.patches import PATCHES
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def patch_targets():
+    """(owner, attribute, function) of every patch target importable here, before any test patches it."""
+    found = {}
+    for patch in PATCHES:
+        for target in patch.alternatives:
+            try:
+                resolved = target.resolve()
+            except ImportError:  # a backend whose kernel package a CPU cannot import
+                continue
+            if resolved:
+                found[str(target)] = resolved
+    assert found, "no patch target could be imported"
+    return found
+
+
+def plugin_algorithms():
+    from sglang.srt.speculative import spec_registry
+
+    return sorted(n for n, algo in spec_registry._REGISTRY.items() if isinstance(algo, _PolicyMethods))
+
+
+def assert_untouched(patch_targets):
+    assert plugin_algorithms() == []
+    assert not any(p.applied for p in PATCHES)
+    for name, (owner, attr, func) in patch_targets.items():
+        assert vars(owner)[attr] is func, f"{name} is still patched"
+
+
+@pytest.fixture
+def case_env(site, tmp_path, monkeypatch):
+    """``setup(case)`` installs the case and sets its environment; returns the expected message."""
+    monkeypatch.delenv("SGLANG_PLUGINS", raising=False)
+
+    def setup(case: Case) -> str:
+        for key, value in prepare(case, tmp_path, site).items():
+            monkeypatch.setenv(key, value)
+        return expected(case, tmp_path)
+
+    reset_plugin_state()
+    yield setup
+    reset_plugin_state()
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_sglang_load_plugins_refuses_naming_the_source(case, case_env, patch_targets):
+    message = case_env(case)
+    if case.ndt is None:
+        with pytest.raises(StartupRefused) as info:
+            run_sglang_plugin_loading()
+        assert re.search(message, str(info.value.cause)), str(info.value.cause)
+        assert_untouched(patch_targets)
+        return
+    run_sglang_plugin_loading()  # the widths are asked when SGLang resolves its arguments
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    algorithm = SpeculativeAlgorithm.from_string("BAD")
+    with pytest.raises(SpecPluginError) as info:
+        algorithm.handle_server_args(types.SimpleNamespace(speculative_num_draft_tokens=case.ndt))
+    assert re.search(message, str(info.value)), str(info.value)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_check_reports_it(case, case_env, capsys):
+    message = case_env(case)
+    argv = ["check", "--json", "--single-process"] + ([f"-n{case.ndt}"] if case.ndt else [])
+    assert cli.main(argv) == 1
+    out = capsys.readouterr()
+    report = json.loads(out.out)
+    assert report["ok"] is False
+    assert any(re.search(message, line) for line in ["\n".join(report["problems"])] + report["problems"]), report["problems"]
+    assert out.err == ""
+
+
+FRESH = ["not utf-8", "sys.exit at import", "local file dangling link"]
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.id in FRESH], ids=FRESH)
+def test_in_a_fresh_sglang_process(case, site, tmp_path):
+    """As a server process meets it: SGLang's load_plugins() stops the process with our message."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_SPEC_PLUGINS") and k != "SGLANG_PLUGINS"}
+    env.update(prepare(case, tmp_path, site))
+    env["PYTHONPATH"] = os.pathsep.join([str(site.path), str(ROOT / "tests")] + sys.path)
+    code = (
+        "from sglang_cpu import install_stand_ins; install_stand_ins()\n"
+        "import sglang.srt.plugins as p\n"
+        "from sglang.srt.speculative import spec_registry\n"
+        "try:\n    p.load_plugins()\n"
+        "finally:\n    print('REGISTERED', sorted(spec_registry._REGISTRY))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 1, out.stderr[-3000:]
+    assert re.search(expected(case, tmp_path), out.stderr), out.stderr[-3000:]
+    assert "sglang-spec-plugins refused to start" in out.stderr
+    assert "SBD" not in out.stdout and "REGISTERED" in out.stdout
+
+
+# --- on_error = "skip": exactly the faulty plugin goes, all of it ---
+
+SKIP_CASES = {
+    "draft hook raises for its own algorithm": with_hook(offers(), "@hookimpl\ndef sgl_spec_draft_may_verify(algorithm):\n    raise RuntimeError('x')\n"),
+    "draft hook answers for every algorithm": with_hook(offers(), "@hookimpl\ndef sgl_spec_draft_may_verify():\n    return True\n"),
+    "width hook raises for other algorithms": with_hook(offers(), "@hookimpl\ndef sgl_spec_verify_width(algorithm):\n    return {'BAD': 4}[algorithm]\n"),
+    "exits at import": "import sys\nsys.exit(3)\n",
+    "wrapper": with_hook(offers(), "@hookimpl(wrapper=True)\ndef sgl_spec_verify_width():\n    return (yield)\n"),
+}
+
+
+@pytest.mark.parametrize("source", SKIP_CASES.values(), ids=list(SKIP_CASES))
+def test_skip_drops_exactly_the_faulty_plugin(source, case_env, caplog):
+    case_env(Case("skip", "", SKIPPING, {"bad": source}))
+    run_sglang_plugin_loading()
+    assert plugin_algorithms() == ["DFLASH_BLOCK", "SBD"]
+    assert re.search(r"skipped plugin bad \(on_error = \"skip\"\): plugin 'bad' \(bad-drafter==1.0\)", caplog.text)
+    from sglang_spec_plugins import loader
+
+    assert [p.name for p in loader.load().plugins.plugins] == ["dflash_block", "sbd"]
+    assert loader.load().plugins.pm.get_plugin("bad") is None
+
+
+def test_skip_with_every_plugin_faulty_patches_nothing(case_env, patch_targets):
+    bad = with_hook(offers(), "@hookimpl\ndef sgl_spec_draft_may_verify(algorithm):\n    raise RuntimeError('x')\n")
+    case_env(Case("all bad", "", "[plugins]\nenable = ['bad']\non_error = 'skip'\n", {"bad": bad}))
+    run_sglang_plugin_loading()
+    assert_untouched(patch_targets)
+
+
+def test_skip_drops_both_claimants_of_one_name(case_env):
+    case_env(Case("collision", "", SKIPPING.replace("'bad'", "'sbd'"), {"sbd": offers("SBD2")}))
+    run_sglang_plugin_loading()
+    assert plugin_algorithms() == ["DFLASH_BLOCK"]
+
+
+def test_narrowing_leaves_tables_of_left_out_plugins_inert(case_env, monkeypatch):
+    """The bundled plugins.toml with SGLANG_SPEC_PLUGINS narrowing, or a disable entry."""
+    case_env(Case("narrow", "", (ROOT / "plugins.toml").read_text()))
+    monkeypatch.setenv("SGLANG_SPEC_PLUGINS", "dflash_block")
+    run_sglang_plugin_loading()
+    assert plugin_algorithms() == ["DFLASH_BLOCK"]
+    reset_plugin_state()
+    monkeypatch.delenv("SGLANG_SPEC_PLUGINS")
+    case_env(Case("disable", "", (ROOT / "plugins.toml").read_text().replace("disable = []", 'disable = ["sbd"]').replace('enable = ["sbd", "dflash_block"]', "")))
+    run_sglang_plugin_loading()
+    assert plugin_algorithms() == ["DFLASH_BLOCK"]
