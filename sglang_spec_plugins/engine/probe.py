@@ -12,12 +12,12 @@ import functools
 import importlib
 import importlib.util
 import inspect
-import re
-import textwrap
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import FrozenSet, Optional, Tuple
+
+from .source_text import method_in_file
 
 WIDTH_HOOK_NAMES = (
     "get_num_tokens_per_bs_for_target_verify",
@@ -120,18 +120,7 @@ def method_source(module_name: str, qualname: str) -> Optional[str]:
     path = source_file(module_name)
     if path is None:
         return None
-    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
-    owner_name, _, attr = qualname.rpartition(".")
-    owner_at = next((i for i, line in enumerate(lines) if re.match(rf"class {owner_name}\b", line)), None)
-    if owner_at is None:
-        return None
-    for i in range(owner_at + 1, len(lines)):
-        line = lines[i]
-        if line.strip() and not line[0].isspace() and not line.startswith(("#", ")")):
-            return None  # left the class body
-        if re.match(rf"\s+def {attr}\(", line):
-            return textwrap.dedent("".join(inspect.getblock(lines[i:])))
-    return None
+    return method_in_file(path, qualname)
 
 
 def source_file(module_name: str) -> Optional[Path]:

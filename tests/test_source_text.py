@@ -1,0 +1,96 @@
+"""engine.source_text cuts a method out of a file's text; it must give what
+inspect.getblock gives, including where a cheap cut would be wrong."""
+
+import inspect
+import textwrap
+
+from sglang_spec_plugins.engine.source_text import method_in_file
+
+SOURCE = '''
+class Other:
+    def f(self):
+        return "other"
+
+
+class Backend(Base):
+    """Doc."""
+
+    def plain(self, x):
+        y = x + 1
+        # a comment inside
+        return y
+        # a trailing comment inside the body
+
+    # an outer comment
+    def signature(
+        self,
+        a: int,
+    ) -> int:
+        return a
+
+    async def coroutine(self):
+        return 1
+
+
+class Text:
+    def text(self):
+        s = """
+not code
+"""
+        return s
+
+    def after(self):
+        return 0
+
+
+class Continued:
+    def continued(self):
+        x = 1 + \\
+2
+        return x
+
+    def after(self):
+        return 0
+
+
+class Bracket:
+    def bracket(self):
+        x = f(
+1)
+        return x
+
+    def after(self):
+        return 0
+
+
+def f(self):
+    return "module level"
+'''
+
+
+def via_getblock(lines, owner, name):
+    start = next(j for j, line in enumerate(lines) if line.startswith(f"class {owner}"))
+    at = next(i for i, line in enumerate(lines) if i > start and line.lstrip().startswith(f"def {name}("))
+    return textwrap.dedent("".join(inspect.getblock(lines[at:])))
+
+
+def test_method_in_file_matches_getblock(tmp_path):
+    path = tmp_path / "module.py"
+    path.write_text(SOURCE)
+    lines = SOURCE.splitlines(keepends=True)
+    cases = [("Backend", "plain"), ("Backend", "signature"), ("Text", "text"), ("Continued", "continued"),
+             ("Bracket", "bracket")]
+    for owner, name in cases:  # the last three need the fallback: a line at column 0 inside the method
+        assert method_in_file(path, f"{owner}.{name}") == via_getblock(lines, owner, name), name
+    assert "a trailing comment inside the body" in method_in_file(path, "Backend.plain")
+    assert "an outer comment" not in method_in_file(path, "Backend.plain")
+    assert method_in_file(path, "Other.f") == 'def f(self):\n    return "other"\n'
+
+
+def test_method_in_file_absent(tmp_path):
+    path = tmp_path / "module.py"
+    path.write_text(SOURCE)
+    assert method_in_file(path, "Backend.missing") is None
+    assert method_in_file(path, "Back.plain") is None  # a prefix of a class name is not that class
+    assert method_in_file(path, "Backend.coroutine") is None  # only plain ``def`` methods
+    assert method_in_file(path, "Backend.f") is None  # the module-level f is outside the class
