@@ -11,10 +11,9 @@ import os
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+from sglang_spec_plugins.testing.cpu import install_stand_ins, run_sglang_plugin_loading
 
-from sglang_cpu import install_stand_ins, run_sglang_plugin_loading  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 NUM_DRAFT_TOKENS = 16
 

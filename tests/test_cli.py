@@ -27,6 +27,13 @@ def env(tmp_path):
     return environ
 
 
+@pytest.fixture
+def cpu_env(env):
+    """``env`` with SGLang importable on this CPU machine (tests/cpu_site), as on a GPU host."""
+    env["PYTHONPATH"] = str(ROOT / "tests" / "cpu_site")
+    return env
+
+
 def test_list_json_shows_example_hooks_with_distribution_and_version(env):
     out = run("list", "--json", env=env)
     assert out.returncode == 0, out.stderr
@@ -48,13 +55,17 @@ def test_list_text(env):
     assert "SBD              plugin sbd (sglang-spec-example-sbd==0.1.0), overlap=False" in out.stdout
 
 
-def test_check_good_file_resolves_widths(env):
-    out = run("check", str(ROOT / "plugins.toml"), "-n", "16", "--json", env=env)
-    assert out.returncode == 0, out.stdout + out.stderr
+def test_check_good_file_resolves_widths(cpu_env):
+    out = run("check", str(ROOT / "plugins.toml"), "-n", "16", "--json", env=cpu_env)
     data = json.loads(out.stdout)
+    assert out.returncode == 0, data["problems"]
     assert data["ok"] is True
-    assert data["algorithms"]["SBD"]["widths"]["16"] == {"target": 8, "draft": None, "max": 16}
+    assert data["algorithms"]["SBD"]["widths"]["16"] == {"target": 8, "draft": 8, "max": 16}
     assert data["algorithms"]["DFLASH_BLOCK"]["widths"]["16"] == {"target": 16, "draft": 16, "max": 16}
+    from importlib import metadata
+
+    assert data["sglang"]["version"] == metadata.version("sglang")
+    assert len(data["fingerprint"]) == 16
 
 
 def test_check_lists_every_problem_and_fails(env, tmp_path):
@@ -67,12 +78,53 @@ def test_check_lists_every_problem_and_fails(env, tmp_path):
     assert f"error: {bad}: [algorithms.EAGLE] 'EAGLE' is a built-in SGLang algorithm name" in out.stderr
 
 
-def test_check_reports_bad_widths(env, tmp_path):
+def test_check_reports_bad_widths(cpu_env, tmp_path):
     cfg = tmp_path / "narrow.toml"
     cfg.write_text("[algorithms.SBD]\nmax_tokens_per_req = 16\nverify_width = 32\n")
-    out = run("check", str(cfg), "-n", "16", env=env)
+    out = run("check", str(cfg), "-n", "16", env=cpu_env)
     assert out.returncode == 1
-    assert "plugin 'sbd': algorithm SBD: sgl_spec_verify_width(num_draft_tokens=16, is_draft_worker=False) returned 32" in out.stderr
+    assert ("plugin 'sbd' (sglang-spec-example-sbd==0.1.0): algorithm SBD: "
+            "sgl_spec_verify_width(num_draft_tokens=16, is_draft_worker=False) returned 32") in out.stderr
+
+
+def test_check_predicts_sglangs_refusals(cpu_env, tmp_path):
+    """The release's overlap rule and the algorithm's own validator, as SGLang applies them."""
+    out = run("check", str(ROOT / "plugins.toml"), "-n", "8", "--json", env=cpu_env)
+    problems = json.loads(out.stdout)["problems"]
+    assert out.returncode == 1
+    assert any("algorithm DFLASH_BLOCK: validate_server_args refused --speculative-num-draft-tokens 8: "
+               "ValueError: DFLASH_BLOCK verifies blocks of 16" in p for p in problems), problems
+
+
+def test_check_compares_answers_with_a_fresh_process(cpu_env, tmp_path):
+    """A width that is stable within a process but differs between processes (as between TP ranks)."""
+    counter = tmp_path / "imports"
+    source = simple_plugin("RANKED", width="WIDTH").replace(
+        "class Worker:", f"import pathlib\n_c = pathlib.Path({str(counter)!r})\n_c.write_text(_c.read_text() + 'x' if _c.exists() else 'x')\n"
+                         "WIDTH = len(_c.read_text())\n\nclass Worker:")
+    make_dist(tmp_path / "site", "ranked-drafter", {"ranked": "ranked_mod"}, {"ranked_mod": source})
+    cfg = tmp_path / "ranked.toml"
+    cfg.write_text("[plugins]\nenable = ['ranked']\n")
+    cpu_env["PYTHONPATH"] += os.pathsep + str(tmp_path / "site")
+    out = run("check", str(cfg), "-n", "4", env=cpu_env)
+    assert out.returncode == 1
+    assert "a fresh process got other answers (fingerprint " in out.stderr
+    assert "some plugin's answers depend on the process; SGLang's ranks would disagree" in out.stderr
+
+
+def test_list_json_into_a_closed_pipe_says_nothing(env):
+    out = subprocess.run(f"{EXE} list --json | head -c 1", shell=True, capture_output=True, text=True, env=env, timeout=120)
+    assert out.stdout == "{" and out.stderr == ""
+
+
+@pytest.mark.parametrize("command", ["list", "check"])
+def test_unreadable_config_is_a_json_problem_not_a_traceback(env, tmp_path, command):
+    bad = tmp_path / "plugins.toml"
+    bad.write_bytes(b"[plugins]\non_error = '\xff'\n")
+    env["SGLANG_SPEC_PLUGINS_CONFIG"] = str(bad)
+    out = run(command, "--json", env=env)
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert json.loads(out.stdout) == {"ok": False, "problems": [f"{bad}: not UTF-8 text: byte 0xff at line 2, column 13"]}
 
 
 def test_check_missing_file(env, tmp_path):
@@ -81,7 +133,7 @@ def test_check_missing_file(env, tmp_path):
 
 
 def test_doctor_reports_installed_sglang(env):
-    code = "from sglang_cpu import install_stand_ins; install_stand_ins(); from sglang_spec_plugins.cli import main; raise SystemExit(main(['doctor', '--json']))"
+    code = "from sglang_spec_plugins.testing.cpu import install_stand_ins; install_stand_ins(); from sglang_spec_plugins.cli import main; raise SystemExit(main(['doctor', '--json']))"
     env["PYTHONPATH"] = str(ROOT / "tests")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     data = json.loads(out.stdout)
@@ -94,10 +146,26 @@ def test_doctor_reports_installed_sglang(env):
 
 
 def test_doctor_reports_a_broken_sglang_install(env):
-    """On this CPU harness SGLang cannot import without the torchvision stand-ins."""
+    """On this CPU harness SGLang cannot import without the torchvision stand-ins: doctor says why, not "no"."""
     out = run("doctor", env=env)
     assert out.returncode == 1
+    assert "  import failed: RuntimeError: operator torchvision::nms does not exist" in out.stdout
     assert "importing its speculative modules failed: RuntimeError: operator torchvision::nms does not exist" in out.stdout
+    assert "plugin framework" not in out.stdout
+
+
+def test_doctor_says_when_sglang_will_not_start_the_loader(cpu_env):
+    cpu_env["SGLANG_PLUGINS"] = "some_other_plugin"
+    out = run("doctor", "--json", env=cpu_env)
+    data = json.loads(out.stdout)
+    assert out.returncode == 1 and data["would_register"] == []
+    assert ("SGLANG_PLUGINS=some_other_plugin leaves out sglang_spec_plugins: SGLang will not start the loader, "
+            "so no plugin algorithm is registered; add it to the list") in data["problems"]
+
+
+def test_doctor_fingerprint_is_the_same_in_every_process(cpu_env):
+    prints = {json.loads(run("doctor", "--json", env=cpu_env).stdout)["fingerprint"] for _ in range(2)}
+    assert len(prints) == 1 and len(next(iter(prints))) == 16
 
 
 def test_package_and_list_work_without_sglang(tmp_path):

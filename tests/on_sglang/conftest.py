@@ -2,7 +2,7 @@
 
 import pytest
 
-from sglang_cpu import install_stand_ins, reset_plugin_state, run_sglang_plugin_loading
+from sglang_spec_plugins.testing.cpu import install_stand_ins, reset_plugin_state, run_sglang_plugin_loading
 
 install_stand_ins()
 

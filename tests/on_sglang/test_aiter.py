@@ -6,7 +6,7 @@ forward_extend, and compares the attention with attention computed from the
 batch definition. Patches are applied directly (unit.apply_all) and reverted.
 """
 
-import aiter_harness  # first: sets TRITON_INTERPRET before triton is imported
+from sglang_spec_plugins.testing import aiter as aiter_harness  # first: sets TRITON_INTERPRET before triton is imported
 from batch_checks import bad_batches, refused_by_the_patches_only
 import pytest
 import torch
@@ -66,33 +66,8 @@ def patched():
     revert_all(aiter_patches.PATCHES)
 
 
-def run(harness, mode, batch):
-    """Attention of ``batch`` through the backend's ``mode`` metadata path."""
-    backend = harness.backend()
-    if mode == "eager":
-        fb = batch.forward_batch(harness)
-        harness.eager(backend, fb)
-        return harness.attend(backend, batch, fb), backend.forward_metadata
-    harness.init_graphs(backend, MAX_BS)
-    if mode == "capture":
-        fb = batch.forward_batch(harness)
-        harness.capture(backend, fb)
-        return harness.attend(backend, batch, fb), backend.forward_metadata
-    # capture on dummy seq_lens in a static buffer, replay the batch's into it, then run
-    # what the graph recorded: the capture-time metadata object and forward batch
-    static = torch.full((batch.bs,), backend.get_cuda_graph_seq_len_fill_value(), dtype=torch.int32)
-    fb = batch.forward_batch(harness, seq_lens=static)
-    harness.capture(backend, fb)
-    captured = backend.forward_metadata
-    static.copy_(batch.seq_lens)
-    fb.seq_lens_cpu, fb.seq_lens_sum = static.clone(), int(static.sum())
-    harness.replay(backend, fb)
-    backend.forward_metadata = captured
-    return harness.attend(backend, batch, fb), captured
-
-
 def correct(harness, mode, batch):
-    out, _ = run(harness, mode, batch)
+    out, _ = harness.run(mode, batch, MAX_BS)
     return torch.allclose(out, batch.expected(harness), atol=1e-5)
 
 
@@ -131,7 +106,7 @@ def test_patched_matches_the_batch_definition(make, patched, mode, page_size, wi
     """Oracle: every width 1..ndt, random batch size and prefixes; every path matches."""
     harness = make(page_size=page_size)
     batch = random_batch(harness, seed=10 * width + page_size, width=width)
-    out, meta = run(harness, mode, batch)
+    out, meta = harness.run(mode, batch, MAX_BS)
     torch.testing.assert_close(out, batch.expected(harness), atol=1e-5, rtol=0)
     assert meta.max_q_len == batch.width
 
@@ -154,11 +129,11 @@ def test_builtin_width_metadata_is_unchanged(make, mode):
     """Width == ndt (built-in algorithms): patched metadata equals unpatched, field by field."""
     harness = make(page_size=16)
     batch = harness.batch([5, 40, 0, 17], NDT)
-    out, meta = run(harness, mode, batch)
+    out, meta = harness.run(mode, batch, MAX_BS)
     before = {k: (v.clone() if torch.is_tensor(v) else v) for k, v in vars(meta).items()}
     apply_all(aiter_patches.PATCHES, RELEASE)
     try:
-        out_patched, meta_patched = run(harness, mode, batch)
+        out_patched, meta_patched = harness.run(mode, batch, MAX_BS)
     finally:
         revert_all(aiter_patches.PATCHES)
     after = vars(meta_patched)

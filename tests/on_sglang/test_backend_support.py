@@ -23,7 +23,7 @@ import pytest
 import torch
 from packaging.version import Version
 
-from sglang_cpu import absent_kernel_package
+from sglang_spec_plugins.testing.cpu import absent_kernel_package
 from sglang_spec_plugins.engine.probe import probe
 from sglang_spec_plugins.errors import EngineError
 from sglang_spec_plugins.patches.backend_support import FA3, PATCHES, TRITON, backend_support
@@ -185,15 +185,15 @@ def test_the_guard_waits_for_sglang_to_import_the_backend():
     """Applying imports nothing (FA3 cannot even be imported on this CPU); the
     wrapper is installed when SGLang first imports the backend module."""
     code = (
-        "import sys; sys.path.insert(0, 'tests')\n"
-        "from sglang_cpu import install_stand_ins; install_stand_ins()\n"
+        "import sys\n"
+        "from sglang_spec_plugins.testing.cpu import install_stand_ins; install_stand_ins()\n"
         "from sglang_spec_plugins.engine.probe import probe\n"
         "from sglang_spec_plugins.patches.backend_support import PATCHES\n"
         "from sglang_spec_plugins.patches.unit import apply_all\n"
         f"module = {MODULES['FA3']!r}\n"
         "plans = apply_all(PATCHES, probe().version)\n"
         "assert module not in sys.modules\n"
-        "import pytest; from sglang_cpu import absent_kernel_package; absent_kernel_package(pytest.MonkeyPatch(), 'sgl_kernel')\n"
+        "import pytest; from sglang_spec_plugins.testing.cpu import absent_kernel_package; absent_kernel_package(pytest.MonkeyPatch(), 'sgl_kernel')\n"
         "import importlib; fa3 = importlib.import_module(module)\n"
         "print(plans['backends.fa3'].verdict, hasattr(fa3.FlashAttentionBackend.__init__, '__wrapped__'))\n"
     )

@@ -91,7 +91,7 @@ def test_reserved_names_of_the_installed_release_are_known():
 
 def test_on_error_fail_stops_sglang_and_names_the_plugin(sglang_loaded, site):
     site.add("bad-drafter", {"bad": "bad_mod"}, {"bad_mod": "raise ImportError('needs flash_attn')\n"})
-    with pytest.raises(StartupRefused, match=r"plugin 'bad': cannot import bad_mod: ImportError: needs flash_attn") as info:
+    with pytest.raises(StartupRefused, match=r"plugin 'bad' \(bad-drafter==1.0\): cannot import bad_mod: ImportError: needs flash_attn") as info:
         sglang_loaded('[plugins]\nenable = ["sbd", "bad"]\n')
     assert isinstance(info.value, SystemExit)
     with pytest.raises(ValueError):
@@ -135,7 +135,7 @@ def test_bad_width_is_refused_when_sglang_hands_over_server_args(sglang_loaded, 
     site.add("wide-drafter", {"wide": "wide_mod"}, {"wide_mod": simple_plugin("WIDE", width="num_draft_tokens * 2")})
     sglang_loaded('[plugins]\nenable = ["wide", "dflash_block"]\n')
     wide = spec_algorithm().from_string("WIDE")
-    with pytest.raises(PluginError, match=r"plugin 'wide': algorithm WIDE: sgl_spec_verify_width\(num_draft_tokens=4, is_draft_worker=False\) returned 8; it must be an int from 1 to the maximum width 4"):
+    with pytest.raises(PluginError, match=r"plugin 'wide' \(wide-drafter==1.0\): algorithm WIDE: sgl_spec_verify_width\(num_draft_tokens=4, is_draft_worker=False\) returned 8; it must be an int from 1 to the maximum width 4"):
         wide.handle_server_args(types.SimpleNamespace(speculative_num_draft_tokens=4))
     block = spec_algorithm().from_string("DFLASH_BLOCK")
     with pytest.raises(ValueError, match="DFLASH_BLOCK verifies blocks of 16"):
@@ -147,7 +147,7 @@ def _child(queue, toml_path):
     import os
 
     os.environ["SGLANG_SPEC_PLUGINS_CONFIG"] = toml_path
-    from sglang_cpu import install_stand_ins, run_sglang_plugin_loading
+    from sglang_spec_plugins.testing.cpu import install_stand_ins, run_sglang_plugin_loading
 
     install_stand_ins()
     run_sglang_plugin_loading()

@@ -17,7 +17,7 @@ from packaging.version import Version
 
 import trtllm_harness as h
 from batch_checks import bad_batches, refused_by_the_patches_only
-from sglang_cpu import absent_kernel_package
+from sglang_spec_plugins.testing.cpu import absent_kernel_package
 from sglang_spec_plugins import verify_layout
 from sglang_spec_plugins.engine.probe import installed_version
 from sglang_spec_plugins.patches import trtllm_mha

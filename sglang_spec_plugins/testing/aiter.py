@@ -28,12 +28,12 @@ import os
 import sys
 import types
 
-assert "triton" not in sys.modules or os.environ.get("TRITON_INTERPRET") == "1", "import aiter_harness before triton"
+assert "triton" not in sys.modules or os.environ.get("TRITON_INTERPRET") == "1", "import sglang_spec_plugins.testing.aiter before triton"
 os.environ["TRITON_INTERPRET"] = "1"
 
 import torch  # noqa: E402
 
-from attention_reference import attend  # noqa: E402
+from .attention_reference import attend  # noqa: E402
 
 MODULE = "sglang.srt.layers.attention.aiter_backend"
 HEADS, KV_HEADS, HEAD_DIM = 4, 2, 16
@@ -210,6 +210,31 @@ class Harness:
             backend.init_forward_metadata_replay_cuda_graph(
                 fb.batch_size, fb.req_pool_indices, fb.seq_lens, fb.seq_lens_sum, None,
                 fb.forward_mode, fb.spec_info, seq_lens_cpu=fb.seq_lens_cpu)
+
+    def run(self, mode, batch, max_bs):
+        """``(attention, metadata)`` of ``batch`` through the backend's ``mode``
+        metadata path ("eager", "capture", or "replay": capture on dummy
+        seq_lens in a static buffer, replay the batch's into it, then run what
+        the graph recorded: the capture-time metadata and forward batch)."""
+        backend = self.backend()
+        if mode == "eager":
+            fb = batch.forward_batch(self)
+            self.eager(backend, fb)
+            return self.attend(backend, batch, fb), backend.forward_metadata
+        self.init_graphs(backend, max_bs)
+        if mode == "capture":
+            fb = batch.forward_batch(self)
+            self.capture(backend, fb)
+            return self.attend(backend, batch, fb), backend.forward_metadata
+        static = torch.full((batch.bs,), backend.get_cuda_graph_seq_len_fill_value(), dtype=torch.int32)
+        fb = batch.forward_batch(self, seq_lens=static)
+        self.capture(backend, fb)
+        captured = backend.forward_metadata
+        static.copy_(batch.seq_lens)
+        fb.seq_lens_cpu, fb.seq_lens_sum = static.clone(), int(static.sum())
+        self.replay(backend, fb)
+        backend.forward_metadata = captured
+        return self.attend(backend, batch, fb), captured
 
     def attend(self, backend, batch, fb):
         """The release's forward_extend on the batch (its K/V already in the cache)."""

@@ -1,0 +1,272 @@
+"""What the installed SGLang does with the worker class a plugin's factory returns.
+
+SGLang's scheduler calls ``spec_algorithm.create_worker(server_args)`` (which
+calls the plugin's ``worker_factory``), instantiates the class it gets with
+keyword arguments, and from then on drives it like its own speculative
+workers. Which keywords, which members and which batch schema changed across
+releases; :func:`contract` reads them off the installed source files (nothing
+is imported) and :func:`check_worker` says whether a worker class fits.
+
+Facts probed, each from the file SGLang runs:
+
+* ``constructor_kwargs``: the keywords of the scheduler's
+  ``DraftWorkerClass(**draft_worker_kwargs)`` call (``managers/scheduler.py``);
+* ``base_class`` and ``base_abstract``: SGLang's spec-worker base class
+  (``speculative/base_spec_worker.BaseSpecWorker``) and the members it leaves
+  abstract;
+* ``scheduler_members``: members the scheduler package reads on every draft
+  worker (``self.draft_worker.X``) that the base class defines, i.e. the ones
+  every speculative worker has, not one algorithm's extras;
+* ``forward_keywords``: keywords the scheduler passes to
+  ``forward_batch_generation`` besides the batch;
+* ``overlap_refused``: ``CustomSpecAlgo.create_worker`` refuses an algorithm
+  registered with ``supports_overlap=False`` unless overlap scheduling is
+  disabled (``--disable-overlap-schedule``);
+* ``non_overlap_schema``: how such an algorithm is driven: ``"v1"`` (the
+  synchronous V1 worker path; ``supports_spec_v2`` follows
+  ``supports_overlap``) or ``"v2-sync"`` (the V2 schema, run synchronously).
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import inspect
+from dataclasses import dataclass
+from typing import Iterable, List, Optional, Tuple
+
+from .probe import installed_version, method_source, source_file
+
+SCHEDULER = "sglang.srt.managers.scheduler"
+BASE_MODULE = "sglang.srt.speculative.base_spec_worker"
+BASE_NAME = "BaseSpecWorker"
+REGISTRY = "sglang.srt.speculative.spec_registry"
+FORWARD = "forward_batch_generation"
+OVERLAP_FLAG = "--disable-overlap-schedule"
+
+
+@dataclass(frozen=True)
+class WorkerContract:
+    """What one SGLang release expects of a plugin's worker class (see the module doc)."""
+
+    release: Optional[str]
+    constructor_kwargs: Tuple[str, ...] = ()
+    base_class: Optional[str] = None
+    base_abstract: Tuple[str, ...] = ()
+    scheduler_members: Tuple[str, ...] = ()
+    forward_keywords: Tuple[str, ...] = ()
+    overlap_refused: bool = False
+    non_overlap_schema: Optional[str] = None
+
+    @property
+    def required_members(self) -> Tuple[str, ...]:
+        """Members a worker class must have: the base's abstract ones, those the
+        scheduler reads on every worker, and ``forward_batch_generation``."""
+        return tuple(sorted({*self.base_abstract, *self.scheduler_members, FORWARD}))
+
+
+def overlap_flag_needed(supports_overlap: bool, found: WorkerContract) -> Optional[str]:
+    """The flag an operator must pass for an algorithm with this
+    ``supports_overlap`` on the release ``found`` describes
+    (``"--disable-overlap-schedule"``), or None when it starts without one."""
+    return OVERLAP_FLAG if found.overlap_refused and not supports_overlap else None
+
+
+def check_worker(worker_cls: object, found: WorkerContract) -> List[str]:
+    """Why ``worker_cls`` does not fit the release ``found`` describes; empty
+    when it fits. Each line names the member or keyword and the release."""
+    where = f"SGLang {found.release}"
+    if not isinstance(worker_cls, type):
+        return [f"the worker factory returned {worker_cls!r}, not a class; {where} instantiates what it returns"]
+    problems = []
+    try:
+        signature = inspect.signature(worker_cls)
+    except (TypeError, ValueError):
+        signature = None
+    if signature is not None and found.constructor_kwargs:
+        try:
+            signature.bind(**{name: None for name in found.constructor_kwargs})
+        except TypeError as exc:
+            problems.append(
+                f"{worker_cls.__name__}{signature} cannot be called the way {where} creates the worker, "
+                f"{worker_cls.__name__}({', '.join(f'{k}=...' for k in found.constructor_kwargs)}): {exc}"
+            )
+    missing = [name for name in found.required_members if not hasattr(worker_cls, name)]
+    if missing:
+        hint = f"; subclass {found.base_class} to inherit the defaults" if found.base_class else ""
+        problems.append(f"{worker_cls.__name__} lacks {', '.join(missing)}, which {where} uses on every speculative worker{hint}")
+    forward = getattr(worker_cls, FORWARD, None)
+    if callable(forward):
+        try:
+            bound = inspect.signature(forward)
+            bound.bind(None, None, **{name: None for name in found.forward_keywords})
+        except TypeError as exc:
+            keywords = "".join(f", {k}=..." for k in found.forward_keywords)
+            problems.append(f"{worker_cls.__name__}.{FORWARD}{bound} cannot take what {where} passes, "
+                            f"(batch{keywords}): {exc}")
+        except ValueError:
+            pass
+    abstract = sorted(getattr(worker_cls, "__abstractmethods__", ()) or ())
+    if abstract:
+        problems.append(f"{worker_cls.__name__} leaves abstract {', '.join(abstract)}; {where} cannot instantiate it")
+    return problems
+
+
+@functools.lru_cache(maxsize=None)
+def contract() -> WorkerContract:
+    """The installed release's contract, read off its source (cached per process)."""
+    release = installed_version()
+    scheduler = _parse(SCHEDULER)
+    if release is None or scheduler is None:
+        return WorkerContract(release=release)
+    base = _top_class(_parse(BASE_MODULE), BASE_NAME)
+    base_members = _class_members(base) if base is not None else set()
+    create_worker = method_source(REGISTRY, "CustomSpecAlgo.create_worker")
+    spec_v2 = method_source(REGISTRY, "CustomSpecAlgo.supports_spec_v2")
+    return WorkerContract(
+        release=release,
+        constructor_kwargs=_constructor_kwargs(scheduler),
+        base_class=f"{BASE_MODULE}.{BASE_NAME}" if base is not None else None,
+        base_abstract=tuple(sorted(_abstract_members(base))) if base is not None else (),
+        scheduler_members=tuple(sorted(_draft_worker_reads() & base_members)),
+        forward_keywords=tuple(sorted(_forward_keywords())),
+        overlap_refused=create_worker is not None and _refuses_without_overlap(ast.parse(create_worker)),
+        non_overlap_schema="v1" if spec_v2 is not None and "supports_overlap" in spec_v2 else "v2-sync",
+    )
+
+
+def _parse(module_name: str) -> Optional[ast.Module]:
+    path = source_file(module_name)
+    return None if path is None else ast.parse(path.read_text(encoding="utf-8"))
+
+
+def _top_class(tree: Optional[ast.Module], name: str) -> Optional[ast.ClassDef]:
+    if tree is None:
+        return None
+    return next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name), None)
+
+
+def _class_members(cls: ast.ClassDef) -> set:
+    names = set()
+    for node in cls.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    return {n for n in names if not n.startswith("__")}
+
+
+def _abstract_members(cls: ast.ClassDef) -> set:
+    return {
+        node.name for node in cls.body
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and any(ast.unparse(d).endswith("abstractmethod") for d in node.decorator_list)
+    }
+
+
+def _functions(tree: ast.Module) -> Iterable[ast.FunctionDef]:
+    return (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
+
+
+def _calls(node: ast.AST, attr: str) -> Iterable[ast.Call]:
+    return (
+        n for n in ast.walk(node)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == attr
+    )
+
+
+def _constructor_kwargs(scheduler: ast.Module) -> Tuple[str, ...]:
+    """Keywords of the call on what ``create_worker`` returned, in the function that calls it."""
+    for func in _functions(scheduler):
+        for call in _calls(func, "create_worker"):
+            assigned = next(
+                (a.targets[0].id for a in ast.walk(func)
+                 if isinstance(a, ast.Assign) and a.value is call and isinstance(a.targets[0], ast.Name)),
+                None,
+            )
+            made = next(
+                (c for c in ast.walk(func)
+                 if isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id == assigned),
+                None,
+            )
+            if made is not None:
+                return tuple(_keywords(func, made))
+    return ()
+
+
+def _keywords(func: ast.AST, call: ast.Call) -> List[str]:
+    """Keyword names a call passes: literal ones, and the keys of the dicts it
+    unpacks that are built in ``func`` (``dict(k=...)``, ``{"k": ...}``, ``d["k"] = ...``)."""
+    names = [k.arg for k in call.keywords if k.arg is not None]
+    for spread in (k.value for k in call.keywords if k.arg is None):
+        if not isinstance(spread, ast.Name):
+            continue
+        for node in ast.walk(func):
+            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == spread.id for t in node.targets):
+                value = _speculative_branch(node.value)
+                if isinstance(value, ast.Call) and ast.unparse(value.func) == "dict":
+                    names += [k.arg for k in value.keywords if k.arg is not None]
+                elif isinstance(value, ast.Dict):
+                    names += [k.value for k in value.keys if isinstance(k, ast.Constant)]
+            elif isinstance(node, ast.Assign):
+                for target in node.targets:
+                    if (isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name)
+                            and target.value.id == spread.id and isinstance(target.slice, ast.Constant)):
+                        names.append(target.slice.value)
+    return list(dict.fromkeys(names))
+
+
+def _speculative_branch(value: ast.expr) -> ast.expr:
+    """Of ``a if <algorithm>.is_none() else b``, the branch taken with a
+    speculative algorithm (b); of any other conditional, the one that is not
+    empty; any other expression as it is."""
+    if not isinstance(value, ast.IfExp):
+        return value
+    test = ast.unparse(value.test)
+    if test.endswith("is_none()") and not test.startswith("not "):
+        return value.orelse
+    if test.startswith("not ") and test.endswith("is_none()"):
+        return value.body
+    return value.body if not (isinstance(value.body, ast.Dict) and not value.body.keys) else value.orelse
+
+
+def _scheduler_modules() -> List[ast.Module]:
+    """The scheduler and every module of its package (its mixins live there)."""
+    path = source_file(SCHEDULER)
+    if path is None:
+        return []
+    return [ast.parse(p.read_text(encoding="utf-8")) for p in sorted(path.parent.rglob("*.py"))]
+
+
+def _draft_worker_reads() -> set:
+    found = set()
+    for tree in _scheduler_modules():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and ast.unparse(node.value) == "self.draft_worker":
+                found.add(node.attr)
+    return found
+
+
+def _forward_keywords() -> set:
+    """Keywords passed to ``self.model_worker.forward_batch_generation`` (the
+    speculative worker when one is configured) anywhere in the scheduler package."""
+    found = set()
+    for tree in _scheduler_modules():
+        for func in _functions(tree):
+            for call in _calls(func, FORWARD):
+                if ast.unparse(call.func.value) == "self.model_worker":
+                    found.update(_keywords(func, call))
+    return found
+
+
+def _refuses_without_overlap(tree: ast.AST) -> bool:
+    """An ``if`` on ``disable_overlap_schedule`` and ``supports_overlap`` whose body raises."""
+    return any(
+        isinstance(node, ast.If)
+        and {"disable_overlap_schedule", "supports_overlap"} <= {
+            n.attr for n in ast.walk(node.test) if isinstance(n, ast.Attribute)}
+        and any(isinstance(s, ast.Raise) for s in node.body)
+        for node in ast.walk(tree)
+    )

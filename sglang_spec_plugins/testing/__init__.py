@@ -1,0 +1,162 @@
+"""The conformance kit for drafter plugins: an opt-in pytest plugin.
+
+Installing sglang-spec-plugins changes nobody's test runs: this plugin has no
+``pytest11`` entry point. A drafter's suite turns it on and names the
+plugin(s) to check (entry-point names in the group ``sglang_spec_plugins``)::
+
+    # pyproject.toml
+    [tool.pytest.ini_options]
+    addopts = "-p sglang_spec_plugins.testing"
+    sglang_spec_plugins = ["my_drafter"]
+    # sglang_spec_plugins_config = "plugins.toml"   # settings to check with (optional)
+
+or ``pytest -p sglang_spec_plugins.testing --sglang-spec-plugin my_drafter``,
+or ``pytest_plugins = ["sglang_spec_plugins.testing"]`` in a root conftest.py.
+
+The kit adds test items ``sglang-spec-plugins::PLUGIN::ALGORITHM::CHECK``.
+On any machine (no SGLang needed): the plugin loads and every hookimpl
+matches the contract; every answer SGLang will ask for over a grid of
+``num_draft_tokens`` (those ``validate_server_args`` accepts) and
+``is_draft_worker``, through the framework's own policy (ints from 1 to the
+maximum, the maximum from ndt to ``max_tokens_per_req``, the owner answering
+for its own algorithm under the upper-case name); the same answers from fresh
+policies and fresh processes; ``validate_server_args`` refusing only with
+ValueError; the worker factory returning a class. Where SGLang is importable
+(each in one fresh process, see :mod:`.on_sglang`): registration with
+SGLang's registry and SGLang's answers; SGLang's own ``create_worker`` with
+the operator command's flags; the worker class against the installed
+release's worker contract; TARGET_VERIFY attention at the plugin's widths
+through each attention backend the kit has a CPU harness for.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Callable, Iterator, Optional, Tuple
+
+import pytest
+
+from . import checks
+from .checks import Finding
+
+INI_PLUGINS = "sglang_spec_plugins"
+INI_CONFIG = "sglang_spec_plugins_config"
+ROOT_NAME = "sglang-spec-plugins"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("sglang-spec-plugins", "sglang-spec-plugins conformance kit")
+    group.addoption("--sglang-spec-plugin", action="append", default=[], metavar="NAME", dest="sglang_spec_plugins",
+                    help="entry-point name of a drafter plugin to check (repeatable; overrides the ini option)")
+    group.addoption("--sglang-spec-config", default=None, metavar="PATH", dest="sglang_spec_config",
+                    help="plugins.toml whose settings the kit checks with")
+    parser.addini(INI_PLUGINS, type="linelist", help="entry-point names of the drafter plugins the kit checks")
+    parser.addini(INI_CONFIG, default="", help="plugins.toml whose settings the kit checks with (relative to the rootdir)")
+
+
+@pytest.hookimpl(tryfirst=True)  # before -k / -m deselect, so they apply to the kit's items too
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
+    names = config.getoption("sglang_spec_plugins") or config.getini(INI_PLUGINS)
+    if not names:
+        raise pytest.UsageError(
+            "sglang_spec_plugins.testing is enabled but names no plugin: set "
+            f"`{INI_PLUGINS} = [\"<entry-point name>\"]` in [tool.pytest.ini_options] or pass --sglang-spec-plugin NAME"
+        )
+    raw = config.getoption("sglang_spec_config") or config.getini(INI_CONFIG)
+    config_path = (config.rootpath / raw).resolve() if raw else None
+    root = Kit.from_parent(session, name=ROOT_NAME, plugins=tuple(names), config_path=config_path)
+    items.extend(root.collect())
+
+
+class Kit(pytest.Collector):
+    """The kit's items for the named plugins."""
+
+    def __init__(self, *, plugins: Tuple[str, ...], config_path: Optional[Path], **kw):
+        super().__init__(**kw)
+        self.plugins = plugins
+        self.config_path = config_path
+
+    def collect(self) -> Iterator["Check"]:
+        for plugin in self.plugins:
+            yield from self._plugin_items(plugin)
+
+    def _item(self, name: str, run: Callable[[], None]) -> "Check":
+        return Check.from_parent(self, name=name, run=run)
+
+    def _plugin_items(self, plugin: str) -> Iterator["Check"]:
+        cfg = self.config_path
+        try:
+            plugin_set = checks.load(plugin, cfg)
+            owned = checks.algorithms_of(plugin_set, plugin)
+        except Finding as finding:
+            def fail(finding=finding):
+                raise finding
+            yield self._item(f"{plugin}::loads", fail)
+            return
+        yield self._item(f"{plugin}::loads", lambda: None)
+
+        @functools.lru_cache(maxsize=None)
+        def ndts(name: str) -> Tuple[int, ...]:
+            return checks.accepted_ndts(owned[name])
+
+        @functools.lru_cache(maxsize=None)
+        def table(name: str):
+            return checks.answers(plugin_set, owned[name], ndts(name))
+
+        def on_sglang():
+            if not checks.sglang_importable():
+                pytest.skip("SGLang is not importable here; these checks run where it is")
+            return checks.on_sglang(plugin, cfg, tuple((n, ndts(n)) for n in sorted(owned)))
+
+        for name in sorted(owned):
+            offered = owned[name]
+            prefix = f"{plugin}::{name}"
+            yield self._item(f"{prefix}::validate_server_args", functools.partial(ndts, name))
+            yield self._item(f"{prefix}::answers", functools.partial(table, name))
+            yield self._item(f"{prefix}::pure", functools.partial(_pure, plugin_set, offered, cfg, ndts, table))
+            yield self._item(f"{prefix}::worker_factory", functools.partial(_factory, offered, ndts))
+            for section in ("registry", "start", "worker", "attention"):
+                yield self._item(f"{prefix}::sglang_{section}", functools.partial(_section, on_sglang, offered, section))
+
+
+def _pure(plugin_set, offered, cfg, ndts, table) -> None:
+    first = table(offered.name)
+    checks.same_answers(first, checks.answers(plugin_set, offered, ndts(offered.name)), offered, "between two fresh policies")
+    for seed in ("0", "1"):
+        other = checks.answers_in_fresh_process(offered.plugin, cfg, offered.name, ndts(offered.name), seed)
+        checks.same_answers(first, other, offered, f"between this process and a fresh one (PYTHONHASHSEED={seed})")
+
+
+def _factory(offered, ndts) -> None:
+    try:
+        checks.worker_class(offered, ndts(offered.name)[0])
+    except Finding as finding:
+        if isinstance(finding.__cause__, ImportError) and not checks.sglang_importable():
+            pytest.skip(f"the worker factory imports SGLang, which is not importable here: {finding.__cause__}")
+        raise
+
+
+def _section(on_sglang, offered, section: str) -> None:
+    problems = checks.report_problems(on_sglang(), offered.name, section)
+    if problems:
+        raise Finding("\n".join(f"plugin {offered.plugin!r}, algorithm {offered.name}: {p}" for p in problems))
+
+
+class Check(pytest.Item):
+    """One conformance check; a failure shows the finding, not a traceback."""
+
+    def __init__(self, *, run: Callable[[], object], **kw):
+        super().__init__(**kw)
+        self.run = run
+
+    def runtest(self) -> None:
+        self.run()
+
+    def repr_failure(self, excinfo, style=None):
+        if isinstance(excinfo.value, Finding):
+            return f"sglang-spec-plugins conformance, {self.name}:\n{excinfo.value}"
+        return super().repr_failure(excinfo, style=style)
+
+    def reportinfo(self):
+        return self.path, None, f"{ROOT_NAME}::{self.name}"

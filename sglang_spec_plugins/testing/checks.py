@@ -1,0 +1,177 @@
+"""The conformance checks, without pytest: each raises :class:`Finding` with a
+message that reads like a review comment (plugin, algorithm, hook, arguments,
+what to change).
+
+Answers are always obtained through the framework's own policy
+(:class:`~sglang_spec_plugins.policy.VerifyPolicy`), so a drafter is held to
+exactly the rules SGLang will apply to it; the kit adds what the policy cannot
+see from one process: fresh policies and fresh processes must agree, and
+SGLang itself (see :mod:`sglang_spec_plugins.testing.on_sglang`) must give
+the same answers through its own code.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Dict, List, Optional, Tuple
+
+from .. import config as config_mod
+from ..errors import SpecPluginError
+from ..plugins import ALLOW_ENV, OfferedAlgorithm, PluginSet, discover
+from ..policy import VerifyPolicy
+
+NDT_GRID = (1, 2, 3, 4, 5, 8, 16)
+"""The ``speculative_num_draft_tokens`` values the kit asks about (those the
+algorithm's ``validate_server_args`` accepts)."""
+
+
+class Finding(AssertionError):
+    """A conformance failure; ``str()`` is the review comment."""
+
+
+def load(plugin: str, config_path: Optional[Path]) -> PluginSet:
+    """Discover only ``plugin`` (the entry-point name), with plugins.toml
+    settings from ``config_path`` if given; a load failure is a Finding."""
+    try:
+        config = config_mod.load(config_path) if config_path else config_mod.Config()
+        return discover(config, environ={ALLOW_ENV: plugin})
+    except SpecPluginError as exc:
+        raise Finding(f"plugin {plugin!r} does not load: {exc}") from exc
+
+
+def algorithms_of(plugin_set: PluginSet, plugin: str) -> Dict[str, OfferedAlgorithm]:
+    """The enabled algorithms ``plugin`` owns (a plugin offering none is a Finding)."""
+    owned = {name: a for name, a in plugin_set.algorithms.items() if a.plugin == plugin}
+    if not owned:
+        raise Finding(f"plugin {plugin!r} offers no enabled algorithm: sgl_spec_algorithms() should return at least one "
+                      f"AlgorithmSpec (and plugins.toml must not disable it)")
+    return owned
+
+
+def server_args(algorithm: str, ndt: int, disable_overlap: bool) -> SimpleNamespace:
+    """The fields of SGLang's ServerArgs a validator reads at start-up (on a
+    machine without SGLang; :mod:`.on_sglang` passes a real ServerArgs)."""
+    return SimpleNamespace(speculative_algorithm=algorithm, speculative_num_draft_tokens=ndt,
+                           disable_overlap_schedule=disable_overlap)
+
+
+def accepted_ndts(offered: OfferedAlgorithm, make_args=server_args) -> Tuple[int, ...]:
+    """The grid values ``validate_server_args`` accepts. It may refuse with
+    ValueError (SGLang's way to refuse a configuration); anything else it
+    raises is a Finding, and so is refusing the whole grid."""
+    validate = offered.spec.validate_server_args
+    if validate is None:
+        return NDT_GRID
+    accepted = []
+    for ndt in NDT_GRID:
+        args = make_args(offered.name, ndt, not offered.spec.supports_overlap)
+        try:
+            validate(args)
+        except ValueError:
+            continue
+        except Exception as exc:
+            raise Finding(
+                f"plugin {offered.plugin!r}, algorithm {offered.name}: validate_server_args(server_args with "
+                f"speculative_num_draft_tokens={ndt}) raised {type(exc).__name__}: {exc}; SGLang expects None "
+                "or a ValueError that says what to change"
+            ) from exc
+        accepted.append(ndt)
+    if not accepted:
+        raise Finding(f"plugin {offered.plugin!r}, algorithm {offered.name}: validate_server_args refuses every "
+                      f"speculative_num_draft_tokens in {NDT_GRID}; the kit cannot ask for a width")
+    return tuple(accepted)
+
+
+def answers(plugin_set: PluginSet, offered: OfferedAlgorithm, ndts) -> Dict[str, Any]:
+    """Every answer SGLang asks for, through a fresh policy: draft-may-verify,
+    and per ndt the maximum and the widths of the target and the draft worker.
+    A rejected answer is a Finding carrying the policy's message."""
+    policy = VerifyPolicy(plugin_set, offered)
+    try:
+        table: Dict[str, Any] = {"draft_may_verify": policy.draft_may_verify()}
+        for ndt in ndts:
+            table[str(ndt)] = {"max": policy.max_width(ndt), "target": policy.width(ndt, False),
+                               "draft": policy.width(ndt, True)}
+    except (SpecPluginError, ValueError) as exc:
+        raise Finding(str(exc)) from exc
+    return table
+
+
+def same_answers(first: Dict[str, Any], second: Dict[str, Any], offered: OfferedAlgorithm, how: str) -> None:
+    """Two answer tables must be equal; the first difference is a Finding."""
+    for key in first.keys() | second.keys():
+        if first.get(key) != second.get(key):
+            where = "sgl_spec_draft_may_verify()" if key == "draft_may_verify" else \
+                f"the answers at num_draft_tokens={key} (max, target width, draft width)"
+            raise Finding(f"plugin {offered.plugin!r}, algorithm {offered.name}: {where} differ {how}: "
+                          f"{first.get(key)!r} vs {second.get(key)!r}; answers must be pure (SGLang asks in every "
+                          "process and captures CUDA graphs per width)")
+
+
+def answers_in_fresh_process(plugin: str, config_path: Optional[Path], algorithm: str, ndts, hash_seed: str) -> Dict[str, Any]:
+    """:func:`answers` computed by a new Python process (``PYTHONHASHSEED=hash_seed``)."""
+    env = dict(os.environ, PYTHONHASHSEED=hash_seed)
+    code = ("import json, sys; from sglang_spec_plugins.testing.checks import _answers_main; "
+            "json.dump(_answers_main(*sys.argv[1:]), sys.stdout)")
+    out = subprocess.run([sys.executable, "-c", code, plugin, str(config_path or ""), algorithm,
+                          ",".join(map(str, ndts))], capture_output=True, text=True, env=env)
+    if out.returncode != 0:
+        raise Finding(f"plugin {plugin!r}, algorithm {algorithm}: asking in a fresh process failed:\n{out.stderr[-2000:]}")
+    return json.loads(out.stdout)
+
+
+def _answers_main(plugin: str, config_path: str, algorithm: str, ndts: str) -> Dict[str, Any]:
+    plugin_set = load(plugin, Path(config_path) if config_path else None)
+    return answers(plugin_set, plugin_set.algorithms[algorithm], [int(n) for n in ndts.split(",")])
+
+
+def worker_class(offered: OfferedAlgorithm, ndt: int) -> type:
+    """What the factory returns for a start-up SGLang would accept; it must be a class."""
+    args = server_args(offered.name, ndt, not offered.spec.supports_overlap)
+    try:
+        made = offered.spec.worker_factory(args)
+    except Exception as exc:
+        raise Finding(f"plugin {offered.plugin!r}, algorithm {offered.name}: worker_factory(server_args) raised "
+                      f"{type(exc).__name__}: {exc}") from exc
+    if not isinstance(made, type):
+        raise Finding(f"plugin {offered.plugin!r}, algorithm {offered.name}: worker_factory(server_args) returned "
+                      f"{made!r}; SGLang instantiates what it returns, so it must return the worker class")
+    return made
+
+
+def sglang_importable() -> bool:
+    """Whether an SGLang installation is visible to this interpreter."""
+    import importlib.util
+
+    return importlib.util.find_spec("sglang") is not None
+
+
+@functools.lru_cache(maxsize=None)
+def on_sglang(plugin: str, config_path: Optional[Path], ndts_by_algorithm: Tuple[Tuple[str, Tuple[int, ...]], ...]) -> Dict[str, Any]:
+    """Run :mod:`.on_sglang` for ``plugin`` in a fresh process and return its
+    report (one run per session and plugin; the caller reads its sections)."""
+    env = dict(os.environ, SGLANG_SPEC_PLUGINS=plugin)
+    env.pop("SGLANG_PLUGINS", None)
+    if config_path:
+        env["SGLANG_SPEC_PLUGINS_CONFIG"] = str(config_path)
+    request = json.dumps({"plugin": plugin, "ndts": {name: list(ndts) for name, ndts in ndts_by_algorithm}})
+    out = subprocess.run([sys.executable, "-m", "sglang_spec_plugins.testing.on_sglang", request],
+                         capture_output=True, text=True, env=env)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
+    if out.returncode != 0 or not lines:
+        raise Finding(f"plugin {plugin!r}: the checks on SGLang could not run (exit {out.returncode}):\n"
+                      f"{(out.stderr or out.stdout)[-3000:]}")
+    return json.loads(lines[-1])
+
+
+def report_problems(report: Dict[str, Any], algorithm: str, section: str) -> List[str]:
+    """The problems ``section`` of an :func:`on_sglang` report lists for ``algorithm``."""
+    if report.get("error"):
+        return [report["error"]]
+    return list(report["algorithms"].get(algorithm, {}).get(section, {}).get("problems", []))
