@@ -10,15 +10,21 @@ Semantics shared by every per-algorithm hook:
 * The hook receives the algorithm name (upper case, as SGLang registers it)
   and answers only for algorithms the plugin owns. For any other name it
   returns ``None``, so several drafters coexist; the first non-``None``
-  answer wins (``firstresult``).
+  answer wins (``firstresult``). A plugin that implements a hook answers it
+  for every algorithm it owns: ``None`` for its own algorithm is an error
+  (it is how comparing with a lower-case name would fail), and an answer for
+  another plugin's algorithm is refused by name. Not implementing a hook
+  gives the default stated below.
 * ``settings`` is the read-only mapping of the algorithm's table in
   ``plugins.toml`` minus the keys the framework reserves (``plugin``,
   ``enabled``, ``max_tokens_per_req``). A hookimpl may leave out any
   argument it does not need (pluggy passes only the ones it names).
 * Answers must be pure: the same arguments give the same answer, every time
-  and in every process. The framework asks once per distinct argument tuple
-  and caches the answer; CUDA graphs are captured per width, so a width that
-  changed between calls would be a correctness bug, not a tuning knob.
+  and in every process. The framework asks twice per distinct argument tuple
+  (two different answers are refused), then caches the answer; CUDA graphs
+  are captured per width, so a width that changed between calls would be a
+  correctness bug, not a tuning knob. ``check`` also compares the answers
+  of two processes.
 * A wrong answer (wrong type, width < 1, width above the declared maximum)
   is rejected when the algorithm is validated at server start, with an
   error naming the plugin; it never reaches a GPU step.
@@ -30,6 +36,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 import pluggy
+
+from .verify_layout import CHAIN, VERIFY_SHAPES
 
 PROJECT_NAME = "sglang_spec_plugins"
 """The pluggy project name, which is also the entry-point group drafters use."""
@@ -55,12 +63,25 @@ class AlgorithmSpec:
     ``validate_server_args``: optional ``(server_args) -> None`` that raises
     ``ValueError`` to refuse a configuration; SGLang calls it while it
     resolves its server arguments.
+
+    ``verify_shape``: what the worker's TARGET_VERIFY batches look like, so
+    that SGLang's CUDA-graph capture lays attention out the same way:
+    ``"chain"`` (default; each request's tokens are a linear chain, causal
+    within the block, as DFLASH and SBD verify) or ``"tree"`` (the worker
+    sends its own mask in its verify input, as EAGLE does). See
+    :mod:`sglang_spec_plugins.verify_layout` for what each promises.
     """
 
     name: str
     worker_factory: Callable[[Any], type]
     supports_overlap: bool = False
     validate_server_args: Optional[Callable[[Any], None]] = None
+    verify_shape: str = CHAIN
+
+    def __post_init__(self):
+        if self.verify_shape not in VERIFY_SHAPES:
+            raise ValueError(f"AlgorithmSpec {self.name!r}: verify_shape must be one of {', '.join(map(repr, VERIFY_SHAPES))}, "
+                             f"got {self.verify_shape!r}")
 
 
 @hookspec
@@ -87,7 +108,7 @@ def sgl_spec_verify_width(
     forward runs in the drafter's own model runner (only possible when
     :func:`sgl_spec_draft_may_verify` says so). The answer is a positive int
     no larger than the maximum from :func:`sgl_spec_max_verify_width`.
-    ``None``: not my algorithm; if no plugin answers, the width is
+    ``None``: not my algorithm; if the owner does not implement it, the width is
     ``num_draft_tokens`` (SGLang's own default).
     """
 
@@ -99,7 +120,7 @@ def sgl_spec_draft_may_verify(
     """Return whether the drafter's own worker may run TARGET_VERIFY forwards
     (block drafters such as DFLASH verify inside the draft model runner).
 
-    ``None``: not my algorithm; if no plugin answers, the answer is False
+    ``None``: not my algorithm; if the owner does not implement it, the answer is False
     (SGLang's default for plugin algorithms).
     """
 
@@ -112,7 +133,8 @@ def sgl_spec_max_verify_width(
 
     SGLang sizes KV reservation and CUDA-graph capture with it. It must be at
     least ``num_draft_tokens`` and, when ``plugins.toml`` sets
-    ``max_tokens_per_req`` for the algorithm, no larger than that.
-    ``None``: not my algorithm; then the maximum is ``max_tokens_per_req``
+    ``max_tokens_per_req`` for the algorithm, no larger than that; without
+    that cap, no larger than ``max(num_draft_tokens, 64)``.
+    ``None``: not my algorithm; if the owner does not implement it, the maximum is ``max_tokens_per_req``
     from ``plugins.toml`` if set, else ``num_draft_tokens``.
     """

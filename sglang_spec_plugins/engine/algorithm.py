@@ -16,6 +16,7 @@ import functools
 from typing import Any, Dict, Optional
 
 from ..policy import VerifyPolicy
+from ..verify_layout import CHAIN
 from .probe import EngineProbe
 
 
@@ -24,9 +25,11 @@ def _ndt_of(server_args: Any) -> Optional[int]:
 
 
 class _PolicyMethods:
-    """Methods every plugin algorithm class gets; ``policy`` is set per class."""
+    """Methods every plugin algorithm class gets; ``policy`` and
+    ``verify_shape`` are set per class."""
 
     policy: VerifyPolicy
+    verify_shape: str
     _widths: dict  # the policy's cache, read directly on the hot path
 
     def get_num_tokens_per_req_for_target_verify(self, num_draft_tokens: int, is_draft_worker: bool) -> int:
@@ -77,7 +80,9 @@ def plugin_base_class(probe: EngineProbe) -> type:
     return type("PluginSpecAlgo", (_PolicyMethods, CustomSpecAlgo), borrowed)
 
 
-def spec_class_for(policy: VerifyPolicy, probe: EngineProbe) -> type:
-    """The class to pass as ``spec_class`` when registering ``policy.algorithm``."""
+def spec_class_for(policy: VerifyPolicy, probe: EngineProbe, verify_shape: str = CHAIN) -> type:
+    """The class to pass as ``spec_class`` when registering ``policy.algorithm``;
+    ``verify_shape`` is the plugin's declared :class:`AlgorithmSpec.verify_shape`."""
     base = plugin_base_class(probe)
-    return type(f"PluginSpecAlgo_{policy.algorithm}", (base,), {"policy": policy, "_widths": policy.width_cache})
+    return type(f"PluginSpecAlgo_{policy.algorithm}", (base,),
+                {"policy": policy, "_widths": policy.width_cache, "verify_shape": verify_shape})

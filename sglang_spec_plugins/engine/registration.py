@@ -54,7 +54,7 @@ def register_all(
                     offered.name,
                     supports_overlap=offered.spec.supports_overlap,
                     validate_server_args=offered.spec.validate_server_args,
-                    spec_class=spec_class_for(policy, probe),
+                    spec_class=spec_class_for(policy, probe, offered.spec.verify_shape),
                 )(offered.spec.worker_factory)
             except (TypeError, ValueError) as exc:
                 raise EngineError(

@@ -26,11 +26,13 @@ from __future__ import annotations
 
 import functools
 import re
+from dataclasses import dataclass
 from typing import Dict, FrozenSet, Optional
 
 from ..engine.algorithm import policy_of
 from ..engine.probe import EngineProbe, installed_version
 from ..errors import EngineError
+from ..verify_layout import CHAIN, TREE
 from .source_edit import source_of
 from .unit import Target, WrapPatch
 
@@ -147,3 +149,84 @@ def backend_support(release_probe: EngineProbe) -> Dict[str, str]:
         else:
             out[patch.name] = f"refused for widths != ndt on the {_workers(ignores)}" if ignores else "supported"
     return out
+
+
+# -- What a plugin algorithm gets from each attention backend ----------------
+
+SERVED, PATCHED, REFUSED = "served", "patched", "refused"
+
+KNOWN_BACKENDS = ("flashinfer", "triton", "trtllm_mha", "fa3", "fa4", "aiter", "aiter_mla")
+"""Backends whose TARGET_VERIFY layout this project has read and tests (target worker)."""
+
+
+@dataclass(frozen=True)
+class Support:
+    """What a plugin algorithm gets from one attention backend on the installed
+    release: ``served`` (upstream lays it out right), ``patched`` (right once
+    the loader's patches apply) or ``refused`` (the loader refuses it at
+    start-up, or must), with the reason."""
+
+    verdict: str
+    reason: str
+
+
+def _applies(patches) -> bool:
+    release = installed_version()
+    return any(p.plan(release).verdict == "apply" for p in patches)
+
+
+def attention_support(backend: str, width: int, ndt: int, verify_shape: str = CHAIN) -> Support:
+    """What a plugin algorithm verifying ``width`` tokens per request of
+    ``verify_shape`` at ``speculative_num_draft_tokens=ndt`` gets from
+    ``backend`` (an ``--attention-backend`` name) on the target worker of the
+    installed SGLang, for eager, CUDA-graph capture and replay together.
+    A backend outside :data:`KNOWN_BACKENDS` is trusted only with SGLang's own
+    layout: a chain at width ndt."""
+    from . import aiter, capture_input, trtllm_mha
+
+    release = installed_version()
+    other = width != ndt
+    graph = capture_input.CAPTURE_INPUT.plan(release)
+    if graph.verdict == "refused":
+        return Support(REFUSED, f"SGLang {release}: {graph.reason}")
+    capture = "the CUDA-graph capture gets the verify input of the declared shape (capture_input)"
+    if backend == "flashinfer":
+        return Support(PATCHED, f"lays TARGET_VERIFY out from the verify input at every step; {capture}, "
+                                "without which capture fails")
+    if backend == "triton":
+        ignores = _triton_ignores(TRITON.alternatives[0].source() or "")
+        if other and (ignores is None or _TARGET in ignores):
+            return Support(REFUSED, "lays TARGET_VERIFY out at speculative_num_draft_tokens (refused at start-up)")
+        if verify_shape == TREE and width > ndt:
+            return Support(REFUSED, "sizes its verify-mask buffer from speculative_num_draft_tokens: a wider tree mask "
+                                    "overflows it")
+        if verify_shape == TREE:
+            return Support(PATCHED, f"reads the tree mask from the verify input; {capture}, without which replays "
+                                    "run with no mask")
+        return Support(SERVED, "takes the width from the algorithm; causal within the block")
+    if backend == "trtllm_mha":
+        if verify_shape == TREE:
+            return Support(REFUSED, "applies a causal mask only: it cannot verify a tree")
+        if other and _applies(trtllm_mha.PATCHES):
+            return Support(PATCHED, "per-request width patched to the batch's on eager, capture and replay (trtllm_mha)")
+        return Support(SERVED, "takes the width from the batch")
+    if backend in ("fa3", "fa4"):
+        if other:
+            return Support(REFUSED, "the target worker lays TARGET_VERIFY out at speculative_num_draft_tokens "
+                                    "(refused at start-up)")
+        if verify_shape == TREE:
+            return Support(REFUSED, "its tree path is EAGLE's topk machinery, which a plugin verify input lacks")
+        return Support(SERVED, "SGLang's own layout at speculative_num_draft_tokens, causal within the block")
+    if backend == "aiter":
+        if other and _applies([p for p in aiter.PATCHES if p is not aiter.MLA_REFUSAL]):
+            return Support(PATCHED, f"non-MLA width patched to the batch's (aiter); {capture}")
+        return Support(PATCHED if verify_shape == TREE else SERVED,
+                       "non-MLA: takes the width from the batch" + (f"; {capture}" if verify_shape == TREE else ""))
+    if backend == "aiter_mla":
+        if other:
+            return Support(REFUSED, "the AITER MLA kernels take a fixed draft length (refused at start-up)")
+        return Support(SERVED, "SGLang's own layout at speculative_num_draft_tokens")
+    if other or verify_shape == TREE:
+        return Support(REFUSED, f"not examined by sglang-spec-plugins for SGLang {release}: only a chain at "
+                                "speculative_num_draft_tokens is trusted to it")
+    return Support(SERVED, "SGLang's own layout at speculative_num_draft_tokens (not examined by sglang-spec-plugins)")

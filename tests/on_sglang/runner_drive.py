@@ -100,12 +100,19 @@ def model_runner(algo, is_draft_worker, server_args):
     return mr
 
 
-def graph_runner_width(algo, is_draft_worker, server_args):
-    """(width, capture forward mode) of the release's decode CUDA-graph runner."""
+def graph_runner(algo, is_draft_worker, server_args):
+    """The release's decode CUDA-graph runner, its ``__init__`` run up to the
+    end of its speculative block on the model-runner stand-in."""
     owner, _, init = _located(probe().graph_runner)
     runner = owner.__new__(owner)
     with _single_process(init):
         _run_through_spec_block(init, runner, model_runner(algo, is_draft_worker, server_args))
+    return runner
+
+
+def graph_runner_width(algo, is_draft_worker, server_args):
+    """(width, capture forward mode) of the release's decode CUDA-graph runner."""
+    runner = graph_runner(algo, is_draft_worker, server_args)
     # num_tokens_per_bs up to 0.5.15, captured_req_width from 0.5.16
     width = getattr(runner, "captured_req_width", None) or runner.num_tokens_per_bs
     return width, runner.capture_forward_mode

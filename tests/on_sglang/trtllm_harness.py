@@ -80,7 +80,7 @@ def single_attention_rank(monkeypatch):
     """One attention rank, set the way the release's own attention tests set it."""
     rc = _module("sglang.srt.runtime_context") if importlib.util.find_spec("sglang.srt.runtime_context") else None
     if rc is None:  # <= 0.5.13: their kit forces a single attention-TP rank
-        for name in ("sglang.srt.layers.attention.flashinfer_backend", TRTLLM):
+        for name in ("sglang.srt.layers.attention.flashinfer_backend", "sglang.srt.layers.attention.triton_backend", TRTLLM):
             monkeypatch.setattr(_module(name), "get_attention_tp_size", lambda: 1, raising=False)
         yield
         return
@@ -91,10 +91,11 @@ def single_attention_rank(monkeypatch):
 
 
 @contextlib.contextmanager
-def _published(monkeypatch, ndt: int, bs: int):
-    """Publish server args and a single attention rank as the release's own
-    attention tests do; yields the server args the model runner carries."""
-    fields = dict(attention_backend="trtllm_mha", speculative_num_draft_tokens=ndt, speculative_eagle_topk=1,
+def _published(monkeypatch, ndt: int, bs: int, name: str = "trtllm_mha"):
+    """Publish server args (attention backend ``name``) and a single attention
+    rank as the release's own attention tests do; yields the server args the
+    model runner carries."""
+    fields = dict(attention_backend=name, speculative_num_draft_tokens=ndt, speculative_eagle_topk=1,
                   speculative_num_steps=max(1, ndt - 1), max_running_requests=bs)
     rc = _module("sglang.srt.runtime_context") if importlib.util.find_spec("sglang.srt.runtime_context") else None
     with single_attention_rank(monkeypatch):
@@ -132,7 +133,7 @@ class _Config(SimpleNamespace):
         return NUM_HEADS
 
 
-def _model_runner(server_args, page_size: int, max_bs: int):
+def _model_runner(server_args, page_size: int, max_bs: int, name: str = "trtllm_mha"):
     from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
 
     def accepts(cls, **kw):  # the pools' keyword arguments vary across releases
@@ -152,7 +153,7 @@ def _model_runner(server_args, page_size: int, max_bs: int):
         server_args=server_args, model_config=config, device="cpu", dtype=torch.float32, kv_cache_dtype=torch.float32,
         kv_cache_dtype_str="auto", page_size=page_size, req_to_token_pool=req_to_token_pool, token_to_kv_pool=kv_pool,
         token_to_kv_pool_allocator=SimpleNamespace(page_size=page_size, get_kvcache=lambda: kv_pool),
-        prefill_attention_backend_str="trtllm_mha", decode_attention_backend_str="trtllm_mha",
+        prefill_attention_backend_str=name, decode_attention_backend_str=name,
         sliding_window_size=None, is_hybrid_swa=False, is_draft_worker=False, max_running_requests=max_bs,
         model=torch.nn.Module(), use_mla_backend=False, attention_chunk_size=None, gpu_id=0,
     )
@@ -176,9 +177,9 @@ class Batch:
 
 def make_batch(backend, prefixes, width, gen) -> Batch:
     """Write a batch into the backend's pools: slots per page of ``page_size``."""
-    page = backend.page_size
+    page = _RUNNERS[backend].page_size
     bs = len(prefixes)
-    req_to_token = backend.req_to_token
+    req_to_token = req_to_token_of(backend)
     free_pages = torch.randperm(req_to_token.shape[1] * bs // page - 1, generator=gen) + 1  # page 0 is the sink
     used = 0
     for i, prefix in enumerate(prefixes):
@@ -217,8 +218,13 @@ def forward_batch(batch: Batch, backend):
         seq_lens_cpu=batch.seq_lens.clone(), seq_lens_sum=int(batch.seq_lens.sum()),
         req_pool_indices=batch.req_pool_indices, req_to_token_pool=_RUNNERS[backend].req_to_token_pool,
         encoder_lens=None, out_cache_loc=None, spec_info=None, kv_loc_plan=plan, extend_seq_lens_cpu=None,
-        extend_prefix_lens_cpu=None, attn_cp_metadata=None, spec_algorithm=None,
+        extend_prefix_lens_cpu=None, attn_cp_metadata=None, spec_algorithm=None, mha_one_shot=False,
     )
+
+
+def req_to_token_of(attn):
+    """The request-to-KV-slot table of the backend's model runner."""
+    return _RUNNERS[attn].req_to_token_pool.req_to_token
 
 
 def kv_buffers(attn):
@@ -305,7 +311,7 @@ def reference_attention(batch: Batch, attn) -> torch.Tensor:
     out = torch.empty_like(batch.q)
     for i, prefix in enumerate(batch.prefixes):
         rows = slice(i * batch.width, (i + 1) * batch.width)
-        slots = attn.req_to_token[i, : prefix + batch.width].long()
+        slots = req_to_token_of(attn)[i, : prefix + batch.width].long()
         out[rows] = attend(batch.q[rows], k_cache[slots], v_cache[slots], prefix, HEAD_DIM**-0.5)
     return out
 
