@@ -100,6 +100,14 @@ class MethodPatch:
             return plan
         if plan.verdict == "refused":
             raise EngineError(f"patch {self.name}: {plan.reason}")
+        try:
+            self._install(plan, release)
+        except BaseException:
+            self.revert()  # the targets installed before the failing one
+            raise
+        return plan
+
+    def _install(self, plan: Plan, release: Optional[str]) -> None:
         for target, payload in plan.steps:
             def install(module, target=target, payload=payload):
                 owner, attr, func = target.resolve()
@@ -115,7 +123,6 @@ class MethodPatch:
 
             self._waiting.append((target.module, install))
             on_import.after_import(target.module, install)
-        return plan
 
     def revert(self) -> None:
         """Restore every function this patch replaced, and the module globals;

@@ -14,40 +14,15 @@ import pytest
 from bad_inputs import BAD, CASES, SKIPPING, Case, expected, offers, plugin, prepare, with_hook
 from sglang_cpu import reset_plugin_state, run_sglang_plugin_loading
 from sglang_spec_plugins import cli
-from sglang_spec_plugins.engine.algorithm import _PolicyMethods
+from patch_state import assert_untouched, importable_targets, plugin_algorithms
 from sglang_spec_plugins.errors import SpecPluginError, StartupRefused
-from sglang_spec_plugins.patches import PATCHES
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def patch_targets():
-    """(owner, attribute, function) of every patch target importable here, before any test patches it."""
-    found = {}
-    for patch in PATCHES:
-        for target in patch.alternatives:
-            try:
-                resolved = target.resolve()
-            except ImportError:  # a backend whose kernel package a CPU cannot import
-                continue
-            if resolved:
-                found[str(target)] = resolved
-    assert found, "no patch target could be imported"
-    return found
-
-
-def plugin_algorithms():
-    from sglang.srt.speculative import spec_registry
-
-    return sorted(n for n, algo in spec_registry._REGISTRY.items() if isinstance(algo, _PolicyMethods))
-
-
-def assert_untouched(patch_targets):
-    assert plugin_algorithms() == []
-    assert not any(p.applied for p in PATCHES)
-    for name, (owner, attr, func) in patch_targets.items():
-        assert vars(owner)[attr] is func, f"{name} is still patched"
+    return importable_targets()
 
 
 @pytest.fixture
