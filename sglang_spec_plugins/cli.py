@@ -21,6 +21,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from . import __version__
 from . import config as config_mod
+from . import scaffold
 from .errors import SpecPluginError
 from .fingerprint import fingerprint
 from .plugins import PluginSet, discover_configured
@@ -51,8 +52,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p_doctor = sub.add_parser("doctor", help="probe the installed SGLang and say what the loader would do")
     p_doctor.add_argument("--json", action="store_true", help="machine-readable output")
 
+    p_new = sub.add_parser("new", help="write a drafter package: plugin, worker, tests that use the conformance kit")
+    p_new.add_argument("name", help="package name, e.g. my_drafter (algorithm MY_DRAFTER)")
+    p_new.add_argument("--dir", type=Path, default=Path("."), help="where to create it (default: the current directory)")
+
     args = parser.parse_args(argv)
-    command = {"list": _list, "check": _check, "doctor": _doctor}[args.command]
+    command = {"list": _list, "check": _check, "doctor": _doctor, "new": scaffold.command}[args.command]
     try:
         return command(args)
     except BrokenPipeError:  # e.g. `list --json | head`: the reader left; say nothing more

@@ -91,10 +91,14 @@ def check_worker(worker_cls: object, found: WorkerContract) -> List[str]:
                 f"{worker_cls.__name__}{signature} cannot be called the way {where} creates the worker, "
                 f"{worker_cls.__name__}({', '.join(f'{k}=...' for k in found.constructor_kwargs)}): {exc}"
             )
-    missing = [name for name in found.required_members if not hasattr(worker_cls, name)]
+    missing = [name for name in found.required_members if name != FORWARD and not hasattr(worker_cls, name)]
     if missing:
-        hint = f"; subclass {found.base_class} to inherit the defaults" if found.base_class else ""
-        problems.append(f"{worker_cls.__name__} lacks {', '.join(missing)}, which {where} uses on every speculative worker{hint}")
+        problems.append(f"{worker_cls.__name__} lacks {', '.join(missing)}, which {where} uses on every speculative "
+                        f"worker; build on sglang_spec_plugins.engine.worker_contract.worker_base() "
+                        f"({found.base_class or 'SGLang'}'s defaults) to have them")
+    if not hasattr(worker_cls, FORWARD):
+        problems.append(f"{worker_cls.__name__} defines no {FORWARD}(self, batch, **kwargs), which the {where} "
+                        "scheduler calls on every step")
     forward = getattr(worker_cls, FORWARD, None)
     if callable(forward):
         try:
@@ -270,3 +274,43 @@ def _refuses_without_overlap(tree: ast.AST) -> bool:
         and any(isinstance(s, ast.Raise) for s in node.body)
         for node in ast.walk(tree)
     )
+
+
+@functools.lru_cache(maxsize=None)
+def worker_base() -> type:
+    """A base class for a plugin's worker on the installed release (imports SGLang).
+
+    It is SGLang's own ``BaseSpecWorker`` (every default the scheduler relies
+    on: memory pools, attention backends, CUDA graphs, weight updates, ...)
+    with what a plugin worker needs on every release 0.5.12-0.5.23: a
+    constructor taking the keywords this release passes (``server_args`` and
+    ``target_worker`` kept as attributes, the rest, which vary by release, in
+    ``release_kwargs``), and the members the base leaves abstract up to
+    0.5.15 (``target_worker``, ``draft_worker`` (None: no separate draft
+    model runner yet), ``clear_cache_pool``). A subclass supplies
+    ``forward_batch_generation(self, batch, **kwargs)``.
+    """
+    import importlib
+
+    base = getattr(importlib.import_module(BASE_MODULE), BASE_NAME)
+
+    class PluginSpecWorker(base):
+        def __init__(self, server_args, target_worker, **release_kwargs):
+            super().__init__()
+            self.server_args = server_args
+            self._target_worker = target_worker
+            self._draft_worker = None
+            self.release_kwargs = release_kwargs
+
+        @property
+        def target_worker(self):
+            return self._target_worker
+
+        @property
+        def draft_worker(self):
+            return self._draft_worker
+
+        def clear_cache_pool(self):
+            """Nothing of its own to clear: the KV pools are the target worker's."""
+
+    return PluginSpecWorker

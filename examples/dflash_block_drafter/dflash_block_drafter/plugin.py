@@ -10,11 +10,10 @@ from sglang_spec_plugins import AlgorithmSpec, hookimpl
 ALGORITHM = "DFLASH_BLOCK"
 
 
-class DFlashBlockWorker:
-    """Placeholder for the block drafter's worker (see sbd_drafter.SBDWorker)."""
+def _worker_factory(server_args):
+    from .worker import DFlashBlockWorker  # imports SGLang: only ever called inside SGLang's processes
 
-    def __init__(self, *args, **kwargs):
-        raise NotImplementedError("dflash_block_drafter is an example of the plugin contract; it carries no model")
+    return DFlashBlockWorker
 
 
 def _validate(server_args):
@@ -30,7 +29,7 @@ class DFlashBlockPlugin:
         return [
             AlgorithmSpec(
                 name=ALGORITHM,
-                worker_factory=lambda server_args: DFlashBlockWorker,
+                worker_factory=_worker_factory,
                 supports_overlap=True,
                 validate_server_args=_validate,
             )

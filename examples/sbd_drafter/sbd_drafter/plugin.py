@@ -7,8 +7,11 @@ Settings (``[algorithms.SBD]`` in plugins.toml):
 * ``verify_width``: tokens each request verifies (default: num_draft_tokens);
 * ``max_tokens_per_req`` (a framework key): the largest width allowed.
 
-The worker class is where a real SBD implementation plugs its drafting and
-acceptance logic; this example shows the contract, not a drafter.
+The worker class (``worker.py``) is where a real SBD implementation plugs
+its drafting and acceptance logic; this example shows the contract, not a
+drafter. ``supports_overlap=False``: the worker runs synchronously, so the
+operator passes ``--disable-overlap-schedule`` (SGLang 0.5.12-0.5.23 refuse
+to start such an algorithm without it).
 """
 
 from sglang_spec_plugins import AlgorithmSpec, hookimpl
@@ -16,18 +19,9 @@ from sglang_spec_plugins import AlgorithmSpec, hookimpl
 ALGORITHM = "SBD"
 
 
-class SBDWorker:
-    """Placeholder for the SBD speculative worker SGLang instantiates.
-
-    A real drafter subclasses SGLang's speculative worker base of the
-    release it targets; SGLang creates it with its own arguments.
-    """
-
-    def __init__(self, *args, **kwargs):
-        raise NotImplementedError("sbd_drafter is an example of the plugin contract; it carries no SBD model")
-
-
 def _worker_factory(server_args):
+    from .worker import SBDWorker  # imports SGLang: only ever called inside SGLang's processes
+
     return SBDWorker
 
 

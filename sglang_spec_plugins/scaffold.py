@@ -1,0 +1,206 @@
+"""``sglang-spec-plugins new NAME``: write a drafter package that installs with
+pip and passes its own tests (the conformance kit) as generated.
+
+The package: ``pyproject.toml`` (the entry point in the group
+``sglang_spec_plugins``, the kit turned on for pytest), ``<module>/plugin.py``
+(the hooks), ``<module>/worker.py`` (the worker SGLang instantiates),
+``tests/test_plugin.py`` and a README saying what the author supplies.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Dict
+
+from . import __version__
+
+PYPROJECT = '''\
+[build-system]
+requires = ["setuptools>=64"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "{dist}"
+version = "0.1.0"
+description = "{algorithm}: a speculative-decoding drafter for SGLang (a sglang-spec-plugins plugin)"
+requires-python = ">=3.10"
+dependencies = ["sglang-spec-plugins>={framework}"]
+
+[project.optional-dependencies]
+test = ["pytest>=8"]
+
+[project.entry-points.sglang_spec_plugins]
+{module} = "{module}.plugin"
+
+[tool.setuptools]
+packages = ["{module}"]
+
+[tool.pytest.ini_options]
+addopts = "-p sglang_spec_plugins.testing"
+testpaths = ["tests"]
+# the plugin(s) the sglang-spec-plugins conformance kit checks (entry-point names)
+sglang_spec_plugins = ["{module}"]
+'''
+
+PLUGIN = '''\
+"""{algorithm}: the hooks sglang-spec-plugins asks (see sglang_spec_plugins/hookspecs.py).
+
+This module must import without SGLang (``sglang-spec-plugins list`` and
+``check`` load it anywhere): anything that needs SGLang goes in worker.py,
+imported by the worker factory.
+"""
+
+from sglang_spec_plugins import AlgorithmSpec, hookimpl
+
+ALGORITHM = "{algorithm}"
+"""The --speculative-algorithm name; hooks receive it upper case, exactly like this."""
+
+
+def _worker_factory(server_args):
+    from .worker import Worker  # imports SGLang: only ever called inside SGLang's processes
+
+    return Worker
+
+
+@hookimpl
+def sgl_spec_algorithms():
+    # supports_overlap=False: the worker runs synchronously, and the operator passes
+    # --disable-overlap-schedule (SGLang refuses to start it otherwise). Set it to True
+    # once forward_batch_generation takes part in overlap scheduling (on_publish).
+    return [AlgorithmSpec(name=ALGORITHM, worker_factory=_worker_factory, supports_overlap=False)]
+
+
+@hookimpl
+def sgl_spec_verify_width(algorithm, num_draft_tokens, is_draft_worker, settings):
+    """Tokens each request verifies in TARGET_VERIFY (pure: same arguments, same answer)."""
+    if algorithm != ALGORITHM:
+        return None  # another plugin's algorithm
+    return settings.get("verify_width", num_draft_tokens)
+
+
+@hookimpl
+def sgl_spec_max_verify_width(algorithm, num_draft_tokens, settings):
+    """The largest width sgl_spec_verify_width may answer (sizes KV and CUDA graphs)."""
+    if algorithm != ALGORITHM:
+        return None
+    return max(num_draft_tokens, settings.get("verify_width", num_draft_tokens))
+
+
+@hookimpl
+def sgl_spec_draft_may_verify(algorithm, settings):
+    """Whether the drafter's own model runner runs TARGET_VERIFY (block drafters do)."""
+    if algorithm != ALGORITHM:
+        return None
+    return False
+'''
+
+WORKER = '''\
+"""The worker SGLang instantiates for {algorithm} (this module imports SGLang).
+
+worker_base() is SGLang's own BaseSpecWorker with a constructor that fits
+every release 0.5.12-0.5.23; it keeps ``self.server_args`` and
+``self.target_worker`` (the target model's TpModelWorker).
+"""
+
+from sglang_spec_plugins.engine.worker_contract import worker_base
+
+
+class Worker(worker_base()):
+    def forward_batch_generation(self, batch, **kwargs):
+        """One scheduler step: draft, run the target's TARGET_VERIFY forward at
+        the width the plugin answers, accept, and return SGLang's
+        GenerationBatchResult (see the README's worker contract table)."""
+        raise NotImplementedError("{algorithm}: supply the drafter here")
+'''
+
+TESTS = '''\
+"""The conformance kit (turned on in pyproject.toml) checks the plugin
+against sglang-spec-plugins and, where SGLang is installed, against SGLang.
+Your own tests of the hooks go here."""
+
+from {module} import plugin
+
+
+def test_width_follows_the_setting():
+    assert plugin.sgl_spec_verify_width(plugin.ALGORITHM, 16, False, {{"verify_width": 8}}) == 8
+    assert plugin.sgl_spec_verify_width("OTHER", 16, False, {{}}) is None
+'''
+
+README = '''\
+# {dist}
+
+The `{algorithm}` speculative-decoding drafter for SGLang, as a
+[sglang-spec-plugins](https://pypi.org/project/sglang-spec-plugins/) plugin
+(entry point `{module}` in the group `sglang_spec_plugins`).
+
+## What you supply
+
+- `{module}/worker.py`: the worker SGLang instantiates. `forward_batch_generation(batch, **kwargs)`
+  drafts, runs the target's TARGET_VERIFY forward and accepts; the model it drafts with is loaded
+  from `self.server_args` (`speculative_draft_model_path`) in `__init__`.
+- `{module}/plugin.py`: the verify width (`sgl_spec_verify_width`), its maximum, whether the draft
+  worker verifies, `supports_overlap`, and an optional `validate_server_args`.
+
+## Try it
+
+```bash
+pip install -e '.[test]'
+pytest                                   # your tests + the sglang-spec-plugins conformance kit
+sglang-spec-plugins check -n 16          # what SGLang will be told
+python -m sglang.launch_server --model-path ... --speculative-algorithm {algorithm} \\
+    --speculative-num-draft-tokens 16 --disable-overlap-schedule
+```
+
+`--disable-overlap-schedule` is needed while `supports_overlap=False`.
+'''
+
+
+def names(name: str) -> Dict[str, str]:
+    """``dist`` (pip name), ``module`` (import and entry-point name) and
+    ``algorithm`` (the upper-case --speculative-algorithm) for ``name``."""
+    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]*", name):
+        raise ValueError(f"{name!r} is not a valid package name: start with a letter; letters, digits, - and _ only")
+    module = name.replace("-", "_").lower()
+    return {"dist": module.replace("_", "-"), "module": module, "algorithm": module.upper()}
+
+
+def files(name: str) -> Dict[str, str]:
+    """Relative path -> text of every file of the package ``name``."""
+    n = dict(names(name), framework=__version__)
+    module = n["module"]
+    return {
+        "pyproject.toml": PYPROJECT.format(**n),
+        "README.md": README.format(**n),
+        f"{module}/__init__.py": f'"""The {n["algorithm"]} drafter plugin for sglang-spec-plugins."""\n',
+        f"{module}/plugin.py": PLUGIN.format(**n),
+        f"{module}/worker.py": WORKER.format(**n),
+        "tests/test_plugin.py": TESTS.format(**n),
+    }
+
+
+def write(name: str, parent: Path) -> Path:
+    """Write the package into ``parent/<name>`` (which must not exist); return it."""
+    target = parent / name
+    if target.exists():
+        raise FileExistsError(f"{target} already exists; choose another name or directory")
+    for rel, text in files(name).items():
+        path = target / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return target
+
+
+def command(args) -> int:
+    """``sglang-spec-plugins new NAME [--dir DIR]``."""
+    import sys
+
+    try:
+        target = write(args.name, args.dir)
+    except (ValueError, FileExistsError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    n = names(args.name)
+    print(f"wrote {target} (distribution {n['dist']}, plugin {n['module']}, algorithm {n['algorithm']})")
+    print(f"next: cd {target} && pip install -e '.[test]' && pytest")
+    return 0
