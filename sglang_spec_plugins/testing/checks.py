@@ -153,14 +153,16 @@ def sglang_importable() -> bool:
 
 
 @functools.lru_cache(maxsize=None)
-def on_sglang(plugin: str, config_path: Optional[Path], ndts_by_algorithm: Tuple[Tuple[str, Tuple[int, ...]], ...]) -> Dict[str, Any]:
-    """Run :mod:`.on_sglang` for ``plugin`` in a fresh process and return its
-    report (one run per session and plugin; the caller reads its sections)."""
+def on_sglang(plugin: str, config_path: Optional[Path], ndts_by_algorithm: Tuple[Tuple[str, Tuple[int, ...]], ...],
+              sections: Tuple[str, ...]) -> Dict[str, Any]:
+    """Run :mod:`.on_sglang` for ``plugin`` and ``sections`` in a fresh process
+    and return its report (one run per session, plugin and sections)."""
     env = dict(os.environ, SGLANG_SPEC_PLUGINS=plugin)
     env.pop("SGLANG_PLUGINS", None)
     if config_path:
         env["SGLANG_SPEC_PLUGINS_CONFIG"] = str(config_path)
-    request = json.dumps({"plugin": plugin, "ndts": {name: list(ndts) for name, ndts in ndts_by_algorithm}})
+    request = json.dumps({"plugin": plugin, "ndts": {name: list(ndts) for name, ndts in ndts_by_algorithm},
+                          "sections": list(sections)})
     out = subprocess.run([sys.executable, "-m", "sglang_spec_plugins.testing.on_sglang", request],
                          capture_output=True, text=True, env=env)
     lines = [line for line in out.stdout.splitlines() if line.startswith("{")]

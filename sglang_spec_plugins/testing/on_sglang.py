@@ -1,7 +1,7 @@
 """The kit's checks that need SGLang, run in a fresh process by
 :func:`sglang_spec_plugins.testing.checks.on_sglang`.
 
-``python -m sglang_spec_plugins.testing.on_sglang '{"plugin": ..., "ndts": {ALGORITHM: [ndt, ...]}}'``
+``python -m sglang_spec_plugins.testing.on_sglang '{"plugin": ..., "ndts": {ALGORITHM: [ndt, ...]}, "sections": [...]}'``
 starts plugins the way SGLang does (its own ``load_plugins()``, which runs
 the loader; ``SGLANG_SPEC_PLUGINS`` names the plugin), then per algorithm:
 
@@ -37,6 +37,8 @@ from types import SimpleNamespace  # noqa: E402
 from typing import Any, Dict, List  # noqa: E402
 
 from .cpu import install_stand_ins, run_sglang_plugin_loading  # noqa: E402
+
+SECTIONS = ("registry", "start", "worker", "attention")
 
 ATTENTION_NDT_BATCH = (5, 17, 3)
 """Prefix lengths of the TARGET_VERIFY batch the attention check lays out."""
@@ -166,7 +168,7 @@ def _trtllm_case(mp, ndt, width, max_width) -> List[str]:
         for phase in ("eager", "capture", "replay"):
             batch = h.make_batch(attn, list(ATTENTION_NDT_BATCH), width, gen)
             m = h.init_metadata(attn, h.forward_batch(batch, attn), phase)
-            if phase == "capture" and h.legacy(attn):
+            if phase == "capture" and h.legacy():
                 continue  # up to 0.5.12.post1 the page table is filled by the replay before every real forward
             got = h.paged_attention(m, batch.q, *h.kv_buffers(attn), attn.page_size)
             if not torch.allclose(got, h.reference_attention(batch, attn), atol=1e-5, rtol=1e-4):
@@ -211,14 +213,18 @@ def main(request: Dict[str, Any]) -> Dict[str, Any]:
             out["algorithms"][name] = {"registry": {"problems": [f"the loader did not register {name}"]}}
             continue
         offered = report.plugins.algorithms[name]
-        start = start_section(name, offered, ndts)
-        worker = start.pop("worker")
-        out["algorithms"][name] = {
-            "registry": registry_section(name, policy, ndts),
-            "start": start,
-            "worker": worker_section(worker),
-            "attention": attention_section(name, policy, ndts),
-        }
+        wanted = request.get("sections", SECTIONS)
+        found: Dict[str, Any] = {}
+        if "registry" in wanted:
+            found["registry"] = registry_section(name, policy, ndts)
+        if "start" in wanted or "worker" in wanted:
+            start = start_section(name, offered, ndts)
+            worker = start.pop("worker")
+            found["start"] = start
+            found["worker"] = worker_section(worker)
+        if "attention" in wanted:
+            found["attention"] = attention_section(name, policy, ndts)
+        out["algorithms"][name] = found
     return out
 
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 from packaging.version import Version
 
-import trtllm_harness as h
+from sglang_spec_plugins.testing import trtllm as h
 from batch_checks import bad_batches, refused_by_the_patches_only
 from sglang_spec_plugins.testing.cpu import absent_kernel_package
 from sglang_spec_plugins import verify_layout
@@ -35,13 +35,6 @@ def patched():
     apply_all(applied, RELEASE)
     yield applied
     revert_all(applied)
-
-
-def legacy() -> bool:
-    """<= 0.5.12.post1: capture/replay/eager hard-code ndt."""
-    import importlib
-
-    return hasattr(importlib.import_module(h.TRTLLM).TRTLLMHAAttnBackend, "init_forward_metadata_capture_cuda_graph")
 
 
 def summary(m, bs):
@@ -66,7 +59,7 @@ def run_phases(attn, prefixes, width, gen, replay_prefixes=None):
         m = h.init_metadata(attn, h.forward_batch(batch, attn), phase)
         got = summary(m, len(batch.prefixes))
         ok = {k: got[k] for k in ("cu_seqlens_q", "kv_lengths", "max_seq_len_q")} == expected(batch.prefixes, width)
-        if ok and not (phase == "capture" and legacy()):
+        if ok and not (phase == "capture" and h.legacy()):
             attention = h.paged_attention(m, batch.q, *h.kv_buffers(attn), attn.page_size)
             ok = torch.allclose(attention, h.reference_attention(batch, attn), atol=1e-5, rtol=1e-4)
         out[phase] = (batch, got, ok)
@@ -79,7 +72,7 @@ def test_finding_unpatched_metadata_at_width_below_ndt(monkeypatch):
     with h.backend(monkeypatch, NDT, 16, MAX_BS) as attn:
         got = {phase: s for phase, (_, s, _) in run_phases(attn, prefixes, width, torch.Generator().manual_seed(0)).items()}
     right = expected(prefixes, width)
-    if legacy():  # every phase reads the width from ndt
+    if h.legacy():  # every phase reads the width from ndt
         for phase in PHASES:
             assert got[phase]["max_seq_len_q"] == NDT
             assert got[phase]["kv_lengths"] == verify_layout.kv_lengths(prefixes, NDT) != right["kv_lengths"]
@@ -94,7 +87,7 @@ def test_finding_unpatched_metadata_at_width_below_ndt(monkeypatch):
 def test_plans_cover_this_release():
     plans = plan_all(trtllm_mha.PATCHES, RELEASE)
     assert "refused" not in {p.verdict for p in plans.values()}, plans
-    wanted = {"trtllm_mha.fixed_width_capture", "trtllm_mha.fixed_width_replay", "trtllm_mha.fixed_width_eager"} if legacy() \
+    wanted = {"trtllm_mha.fixed_width_capture", "trtllm_mha.fixed_width_replay", "trtllm_mha.fixed_width_eager"} if h.legacy() \
         else {"trtllm_mha.eager_check", "trtllm_mha.graph_cu_seqlens_q"}
     if Version(RELEASE) >= Version("0.5.21"):  # the XQA spec-decode mask (read off the wheels)
         wanted.add("trtllm_mha.xqa_mask")

@@ -1,0 +1,28 @@
+"""Both examples start on this release with the README's operator command:
+SGLang's own create_worker, given the flags the README passes, returns a
+worker class that fits the release's worker contract; without
+--disable-overlap-schedule it refuses the synchronous SBD, as predicted.
+(The kit's SGLang sections, run in this process on the loaded examples.)"""
+
+import pytest
+
+from sglang_spec_plugins import loader
+from sglang_spec_plugins.testing.on_sglang import registry_section, start_section, worker_section
+from test_loader import EXAMPLES
+
+# algorithm -> (the flag the README's operator command adds, a num_draft_tokens it uses)
+README_COMMAND = {"SBD": ("--disable-overlap-schedule", 16), "DFLASH_BLOCK": (None, 16)}
+
+
+@pytest.mark.parametrize("name", sorted(README_COMMAND))
+def test_example_starts_with_the_readme_command(sglang_loaded, name):
+    sglang_loaded(EXAMPLES)
+    report = loader.load()
+    policy, offered = report.policies[name], report.plugins.algorithms[name]
+    flag, ndt = README_COMMAND[name]
+    start = start_section(name, offered, [ndt])
+    assert start["problems"] == [] and start["flag"] == flag
+    worker = start["worker"]
+    assert worker.__name__ == {"SBD": "SBDWorker", "DFLASH_BLOCK": "DFlashBlockWorker"}[name]
+    assert worker_section(worker)["problems"] == []
+    assert registry_section(name, policy, [ndt])["problems"] == []

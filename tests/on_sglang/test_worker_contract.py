@@ -1,0 +1,119 @@
+"""The worker contract read off the installed release, against what its wheel
+says (read by hand from each CI release's scheduler.py, base_spec_worker.py
+and spec_registry.py) and against SGLang's own code run on it."""
+
+import inspect
+from types import SimpleNamespace
+
+import pytest
+
+from sglang_spec_plugins.engine.probe import probe
+from sglang_spec_plugins.engine.worker_contract import (
+    OVERLAP_FLAG,
+    check_worker,
+    contract,
+    overlap_flag_needed,
+    worker_base,
+)
+
+RELEASE = probe().version
+OLD_KWARGS = ("server_args", "gpu_id", "tp_rank", "moe_ep_rank", "nccl_port", "target_worker", "dp_rank",
+              "attn_cp_rank", "moe_dp_rank")
+ABSTRACT_UP_TO_0_5_15 = ("clear_cache_pool", "draft_worker", "target_worker")
+
+# (constructor keywords, abstract members of BaseSpecWorker, non-overlap schema, forward keywords)
+EXPECTED = {
+    "0.5.12.post1": (OLD_KWARGS, ABSTRACT_UP_TO_0_5_15, "v1", ()),
+    "0.5.13": (OLD_KWARGS, ABSTRACT_UP_TO_0_5_15, "v1", ("on_publish",)),
+    "0.5.14": (OLD_KWARGS, ABSTRACT_UP_TO_0_5_15, "v2-sync", ("on_publish",)),
+    "0.5.16": (("server_args", "gpu_id", "ps", "nccl_port", "target_worker"), (), "v2-sync", ("on_publish",)),
+    "0.5.19": (("server_args", "gpu_id", "ps", "nccl_port", "target_worker"), (), "v2-sync",
+               ("grammar_barrier", "on_publish", "pp_proxy_tensors")),
+    "0.5.21": (("server_args", "gpu_id", "nccl_port", "target_worker"), (), "v2-sync",
+               ("grammar_barrier", "on_publish", "pp_proxy_tensors")),
+    "0.5.23": (("server_args", "gpu_id", "nccl_port", "target_worker"), (), "v2-sync",
+               ("grammar_barrier", "on_publish", "pp_proxy_tensors")),
+}
+
+
+def test_contract_matches_the_wheel():
+    found = contract()
+    assert found.release == RELEASE
+    assert found.base_class == "sglang.srt.speculative.base_spec_worker.BaseSpecWorker"
+    assert {"forward_batch_generation", "clear_cache_pool"} <= set(found.required_members)
+    if RELEASE not in EXPECTED:
+        pytest.skip(f"no hand-read facts for {RELEASE}")
+    kwargs, abstract, schema, forward = EXPECTED[RELEASE]
+    assert (found.constructor_kwargs, found.base_abstract, found.non_overlap_schema, found.forward_keywords) == \
+        (kwargs, abstract, schema, forward)
+
+
+def test_overlap_probe_agrees_with_sglangs_create_worker():
+    """The probe read off the source predicts what the release's own
+    CustomSpecAlgo.create_worker does with supports_overlap=False."""
+    from sglang.srt.speculative.spec_registry import CustomSpecAlgo
+
+    found = contract()
+    assert found.overlap_refused  # every release 0.5.12-0.5.23
+    sync = CustomSpecAlgo("KIT_SYNC", lambda server_args: int, supports_overlap=False)
+    with pytest.raises(ValueError, match="does not support overlap scheduling"):
+        sync.create_worker(SimpleNamespace(disable_overlap_schedule=False))
+    assert sync.create_worker(SimpleNamespace(disable_overlap_schedule=True)) is int
+    overlapping = CustomSpecAlgo("KIT_OVERLAP", lambda server_args: int, supports_overlap=True)
+    assert overlapping.create_worker(SimpleNamespace(disable_overlap_schedule=False)) is int
+    assert overlap_flag_needed(False, found) == OVERLAP_FLAG
+    assert overlap_flag_needed(True, found) is None
+
+
+def test_the_schema_probe_agrees_with_sglang():
+    """Up to 0.5.13 a synchronous plugin algorithm runs the V1 worker path
+    (supports_spec_v2 follows supports_overlap); later every one runs V2."""
+    from sglang.srt.speculative.spec_registry import CustomSpecAlgo
+
+    sync = CustomSpecAlgo("KIT_SYNC", lambda server_args: int, supports_overlap=False)
+    v1 = hasattr(sync, "supports_spec_v2") and not sync.supports_spec_v2()
+    assert (contract().non_overlap_schema == "v1") == v1
+
+
+class _Fits(worker_base()):
+    def forward_batch_generation(self, batch, **kwargs):
+        return batch
+
+
+def test_worker_base_fits_and_instantiates_with_the_releases_keywords():
+    found = contract()
+    assert check_worker(_Fits, found) == []
+    target = SimpleNamespace(model_runner=None)
+    worker = _Fits(**{name: target if name == "target_worker" else None for name in found.constructor_kwargs})
+    assert worker.target_worker is target and worker.draft_worker is None
+    assert set(worker.release_kwargs) == set(found.constructor_kwargs) - {"server_args", "target_worker"}
+
+
+def test_misfits_are_named():
+    found = contract()
+
+    class NoForward(worker_base()):
+        pass
+
+    class NarrowConstructor(_Fits):
+        def __init__(self, server_args, target_worker):
+            super().__init__(server_args, target_worker)
+
+    class Plain:
+        def __init__(self, **kwargs):
+            pass
+
+        def forward_batch_generation(self, batch):
+            return batch
+
+    assert check_worker(NoForward, found) == [
+        f"NoForward defines no forward_batch_generation(self, batch, **kwargs), which the SGLang {RELEASE} "
+        "scheduler calls on every step"]
+    [narrow] = check_worker(NarrowConstructor, found)
+    assert "cannot be called the way SGLang" in narrow and "gpu_id=..." in narrow
+    problems = check_worker(Plain, found)
+    assert any("Plain lacks" in p and "clear_cache_pool" in p and "worker_base()" in p for p in problems)
+    if found.forward_keywords:
+        assert any("Plain.forward_batch_generation" in p for p in problems)
+    assert check_worker(lambda **kw: None, found)[0].startswith("the worker factory returned")
+    assert inspect.isclass(worker_base())
