@@ -45,6 +45,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                          help="also resolve and check every width SGLang asks for at this speculative_num_draft_tokens (repeatable)")
     p_check.add_argument("--disable-overlap-schedule", action="store_true",
                          help="the server will run with --disable-overlap-schedule")
+    p_check.add_argument("--attention-backend", metavar="NAME",
+                         help="the server's --attention-backend: a refusal of it is a problem (default: report every known backend)")
     p_check.add_argument("--single-process", action="store_true",
                          help="skip asking everything again in a fresh process and comparing the answers")
     p_check.add_argument("--json", action="store_true", help="machine-readable output")
@@ -110,7 +112,7 @@ def _check(args: argparse.Namespace) -> int:
         checked[name] = entry
     from .engine.prediction import predict  # imports SGLang only if it is installed
 
-    sglang = predict(plugin_set, policies, args.num_draft_tokens, args.disable_overlap_schedule)
+    sglang = predict(plugin_set, policies, args.num_draft_tokens, args.disable_overlap_schedule, args.attention_backend)
     problems += sglang["problems"]
     digest = fingerprint(plugin_set, policies, sglang["version"])
     if not args.single_process:
@@ -131,6 +133,10 @@ def _check(args: argparse.Namespace) -> int:
     print(f"SGLang: {sglang['summary']}")
     for line in sglang["lines"]:
         print(f"  {line}")
+    for name, per_ndt in sglang["backends"].items():
+        for ndt, per_backend in per_ndt.items():
+            for backend, support in per_backend.items():
+                print(f"  {name} at ndt={ndt} on {backend}: {support['verdict']}: {support['reason']}")
     for note in data["notes"]:
         print(f"note: {note}")
     print(f"fingerprint: {digest}")
@@ -148,6 +154,7 @@ def _compare_with_fresh_process(args: argparse.Namespace, digest: str, problems:
     argv += [str(args.path)] if args.path is not None else []
     argv += [f"-n{n}" for n in args.num_draft_tokens]
     argv += ["--disable-overlap-schedule"] if args.disable_overlap_schedule else []
+    argv += [f"--attention-backend={args.attention_backend}"] if args.attention_backend else []
     out = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     try:
         other = json.loads(out.stdout)

@@ -197,7 +197,8 @@ def decode(data: bytes, where: Path) -> Mapping[str, Any]:
     try:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError([f"{where}: not valid TOML: {exc}"]) from None
+        end = f"(at end of document, line {text.count(chr(10)) + 1})"
+        raise ConfigError([f"{where}: not valid TOML: {str(exc).replace('(at end of document)', end)}"]) from None
     except RecursionError:  # the parser recurses once per level
         raise too_deep from None
     if _depth(document) > MAX_NESTING:

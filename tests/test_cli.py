@@ -56,7 +56,7 @@ def test_list_text(env):
 
 
 def test_check_good_file_resolves_widths(cpu_env):
-    out = run("check", str(ROOT / "plugins.toml"), "-n", "16", "--json", env=cpu_env)
+    out = run("check", str(ROOT / "plugins.toml"), "-n", "16", "--disable-overlap-schedule", "--json", env=cpu_env)
     data = json.loads(out.stdout)
     assert out.returncode == 0, data["problems"]
     assert data["ok"] is True
@@ -94,6 +94,18 @@ def test_check_predicts_sglangs_refusals(cpu_env, tmp_path):
     assert out.returncode == 1
     assert any("algorithm DFLASH_BLOCK: validate_server_args refused --speculative-num-draft-tokens 8: "
                "ValueError: DFLASH_BLOCK verifies blocks of 16" in p for p in problems), problems
+
+
+def test_check_says_which_attention_backend_refuses_the_width(cpu_env):
+    """SBD verifies 8 tokens at ndt 16: FA3 lays the target worker out at ndt."""
+    out = run("check", str(ROOT / "plugins.toml"), "-n", "16", "--disable-overlap-schedule", "--attention-backend", "fa3", "--json", env=cpu_env)
+    data = json.loads(out.stdout)
+    assert out.returncode == 1
+    assert data["sglang"]["backends"]["SBD"]["16"]["fa3"]["verdict"] == "refused"
+    assert data["sglang"]["backends"]["DFLASH_BLOCK"]["16"]["fa3"]["verdict"] == "served"
+    assert [p for p in data["problems"] if "--attention-backend" in p] == [
+        "plugin 'sbd' (sglang-spec-example-sbd==0.1.0): algorithm SBD: --attention-backend fa3 at width 8 (chain, ndt 16) on "
+        f"SGLang {data['sglang']['version']} is refused: " + data["sglang"]["backends"]["SBD"]["16"]["fa3"]["reason"]]
 
 
 def test_check_compares_answers_with_a_fresh_process(cpu_env, tmp_path):

@@ -110,3 +110,19 @@ def test_every_problem_is_reported_at_once(write_toml):
     )
     assert len(problems) == 4
 
+
+
+def test_a_utf8_byte_order_mark_is_accepted(tmp_path):
+    path = tmp_path / "plugins.toml"
+    path.write_bytes(b"\xef\xbb\xbf[plugins]\non_error = 'skip'\n")
+    assert config.load(path).on_error == "skip"
+
+
+def test_every_problem_of_a_file_comes_with_the_valid_rest(tmp_path):
+    path = tmp_path / "plugins.toml"
+    path.write_text("[plugins]\non_error = 'x'\nenable = ['a']\n[algorithms.A]\nmax_tokens_per_req = 0\n[algorithms.B]\nk = 1\n")
+    with pytest.raises(ConfigError) as info:
+        config.load(path)
+    assert len(info.value.problems) == 2
+    partial = info.value.partial
+    assert (partial.enable, partial.on_error, list(partial.algorithms)) == (("a",), "fail", ["B"])

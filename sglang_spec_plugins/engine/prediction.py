@@ -10,17 +10,27 @@ imports SGLang only when SGLang is installed, and never starts anything.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from ..plugins import PluginSet
 from .probe import probe
 
 
-def predict(plugin_set: PluginSet, policies: Mapping[str, Any], ndts: Sequence[int], disable_overlap: bool) -> Dict[str, Any]:
-    """``{"version", "summary", "lines", "problems"}`` for the installed SGLang."""
+def predict(
+    plugin_set: PluginSet,
+    policies: Mapping[str, Any],
+    ndts: Sequence[int],
+    disable_overlap: bool,
+    attention_backend: Optional[str] = None,
+) -> Dict[str, Any]:
+    """``{"version", "summary", "lines", "problems", "backends"}`` for the
+    installed SGLang. ``backends`` says, per algorithm and ndt, what each
+    attention backend does with its target width and verify shape
+    (``attention_backend`` alone when the operator names one; a refusal of
+    that one is a problem)."""
     found = probe()
     if not found.installed:
-        return {"version": None, "summary": "not installed here: release-specific checks skipped", "lines": [], "problems": []}
+        return {"version": None, "summary": "not installed here: release-specific checks skipped", "lines": [], "problems": [], "backends": {}}
     problems: List[str] = []
     lines: List[str] = []
     names = ", ".join(policies) or "no algorithm"
@@ -34,9 +44,13 @@ def predict(plugin_set: PluginSet, policies: Mapping[str, Any], ndts: Sequence[i
     if reasons:
         if policies:
             problems.append(f"SGLang {found.version} cannot serve {names}: {'; '.join(reasons)}; the loader will register nothing")
-        return {"version": found.version, "summary": f"{found.version}: cannot serve plugin algorithms", "lines": reasons, "problems": problems}
+        return {"version": found.version, "summary": f"{found.version}: cannot serve plugin algorithms", "lines": reasons,
+                "problems": problems, "backends": {}}
 
+    from ..patches.backend_support import KNOWN_BACKENDS, REFUSED, attention_support
     from .worker_contract import check_worker, contract, overlap_flag_needed
+
+    backends: Dict[str, Dict[str, Dict[str, Dict[str, str]]]] = {}
 
     release = contract()
     for name, policy in policies.items():
@@ -62,8 +76,18 @@ def predict(plugin_set: PluginSet, policies: Mapping[str, Any], ndts: Sequence[i
                 problems.append(f"{origin}: worker_factory raised {type(exc).__name__}: {exc}")
                 continue
             problems += [f"{origin}: {line}" for line in check_worker(worker, release)]
+        for ndt in ndts:
+            if (ndt, False) not in policy.width_cache:
+                continue  # its width was refused: reported already
+            width, shape = policy.width(ndt, False), offered.spec.verify_shape
+            for backend in [attention_backend] if attention_backend else KNOWN_BACKENDS:
+                support = attention_support(backend, width, ndt, shape)
+                backends.setdefault(name, {}).setdefault(str(ndt), {})[backend] = {"verdict": support.verdict, "reason": support.reason}
+                if attention_backend and support.verdict == REFUSED:
+                    problems.append(f"{origin}: --attention-backend {backend} at width {width} ({shape}, ndt {ndt}) on "
+                                    f"SGLang {found.version} is refused: {support.reason}")
     return {"version": found.version, "summary": f"{found.version}: can serve plugin algorithms", "lines": lines,
-            "problems": sorted(set(problems), key=problems.index)}
+            "problems": sorted(set(problems), key=problems.index), "backends": backends}
 
 
 def server_args(algorithm: str, num_draft_tokens: Any, disable_overlap: bool) -> Any:
