@@ -31,6 +31,11 @@ UNCAPPED_MAX_WIDTH = 64
 reservation and CUDA-graph capture, so anything wider needs the operator's
 explicit cap."""
 
+_PROBE_NDT = 16
+"""The ``num_draft_tokens`` at which :meth:`VerifyPolicy.check_others_stay_out`
+asks the other plugins (any value would do: their answer must be None for
+every argument)."""
+
 
 class VerifyPolicy:
     """The answers SGLang gets for one plugin algorithm."""
@@ -164,7 +169,6 @@ class VerifyPolicy:
             )
         return answers.get(self.plugin)
 
-
     def _refuse_intruders(self, hook_name: str, answers: Mapping[str, Any]) -> None:
         intruders = sorted(p for p, a in answers.items() if p != self.plugin and a is not None)
         if intruders:
@@ -178,11 +182,6 @@ class VerifyPolicy:
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
-
-_PROBE_NDT = 16
-"""The ``num_draft_tokens`` at which :func:`build_policies` asks non-owners
-whether they stay out of other plugins' algorithms (any value would do:
-the answer must be None for every argument)."""
 
 
 def build_policies(plugin_set: PluginSet, *, tolerate: bool) -> Tuple[PluginSet, Dict[str, VerifyPolicy]]:
