@@ -139,7 +139,7 @@ def table_row(release: str) -> str:
     applied = [n for n, p in data["patches"].items() if p["verdict"] in ("would apply", "applied")]
     patches = ", ".join(applied) or ("none needed" if data["patches"] else "-")
     backends = "; ".join(f"{n.split('.', 1)[1]}: {v}" for n, v in data.get("attention_backends", {}).items()) or "-"
-    verdict = "supported" if data["ok"] else "refused: " + "; ".join(data["problems"])
+    verdict = "supported" if data["ok"] else "not served: " + "; ".join(data["problems"])
     return (f"| {release} | {'yes' if sg['plugin_framework'] else 'no'} | {'yes' if sg['algorithm_registry'] else 'no'} "
             f"| `{hook}` | {', '.join(sg['methods_taken_from_enum']) or '-'} | {patches} | {backends} | {verdict} |")
 
