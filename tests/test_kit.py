@@ -36,10 +36,8 @@ BROKEN = {
     "zero": (simple_plugin("ZERO", width="0"),
              "plugin 'zero' (broken-zero==1.0): algorithm ZERO: sgl_spec_verify_width(num_draft_tokens=1, "
              "is_draft_worker=False) returned 0; it must be an int from 1 to the maximum width 1"),
-    "flaky": (PLUGIN_HEADER + "import itertools\n_calls = itertools.count()\n"
-              + simple_plugin("FLAKY").split("\n", 1)[1]
-              + "\n@hookimpl\ndef sgl_spec_verify_width(algorithm, num_draft_tokens):\n"
-                "    return num_draft_tokens - next(_calls) % 2 if algorithm == 'FLAKY' else None\n",
+    "flaky": ("import itertools\n_calls = itertools.count()\n"
+              + simple_plugin("FLAKY", width="num_draft_tokens - next(_calls) % 2"),
               "algorithm FLAKY: sgl_spec_verify_width(num_draft_tokens=1, is_draft_worker=False) answered 1, then 0 "
               "for the same arguments; answers must be pure"),
     "unknownarg": (simple_plugin("UNKNOWNARG") + "\n@hookimpl\ndef sgl_spec_verify_width(algorithm, num_tokens):\n"
@@ -67,10 +65,8 @@ BROKEN = {
     "lowmax": (simple_plugin("LOWMAX", max_width="num_draft_tokens - 1"),
                "algorithm LOWMAX: sgl_spec_max_verify_width(num_draft_tokens=1) returned 0; the maximum width must be "
                "an int >= num_draft_tokens=1"),
-    "perprocess": (PLUGIN_HEADER + "import random\n_SEED = random.SystemRandom().randrange(1 << 30)\n"
-                   + simple_plugin("PERPROCESS").split("\n", 1)[1]
-                   + "\n@hookimpl\ndef sgl_spec_verify_width(algorithm, num_draft_tokens):\n"
-                     "    return 1 + _SEED % num_draft_tokens if algorithm == 'PERPROCESS' else None\n",
+    "perprocess": ("import random\n_SEED = random.SystemRandom().randrange(1 << 30)\n"
+                   + simple_plugin("PERPROCESS", width="1 + _SEED % num_draft_tokens"),
                    "differ between this process and a fresh one"),
 }
 
