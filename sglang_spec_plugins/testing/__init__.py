@@ -65,7 +65,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         )
     raw = config.getoption("sglang_spec_config") or config.getini(INI_CONFIG)
     config_path = (config.rootpath / raw).resolve() if raw else None
-    root = Kit.from_parent(session, name=ROOT_NAME, plugins=tuple(names), config_path=config_path)
+    root = Kit.from_parent(session, name=ROOT_NAME, nodeid=ROOT_NAME, plugins=tuple(names), config_path=config_path)
     items.extend(root.collect())
 
 

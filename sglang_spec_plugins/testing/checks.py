@@ -176,4 +176,8 @@ def report_problems(report: Dict[str, Any], algorithm: str, section: str) -> Lis
     """The problems ``section`` of an :func:`on_sglang` report lists for ``algorithm``."""
     if report.get("error"):
         return [report["error"]]
-    return list(report["algorithms"].get(algorithm, {}).get(section, {}).get("problems", []))
+    found = report["algorithms"].get(algorithm, {})
+    if section not in found:
+        return list(found.get("registry", {}).get("problems", [])) or [f"the run on SGLang {report.get('release')} "
+                                                                       f"reported nothing on {section}"]
+    return list(found[section]["problems"])

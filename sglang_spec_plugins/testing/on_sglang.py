@@ -196,7 +196,10 @@ def _aiter_case(mp, ndt, width, max_width) -> List[str]:
 
 
 def main(request: Dict[str, Any]) -> Dict[str, Any]:
-    install_stand_ins()
+    import torch
+
+    if torch.version.cuda is None:  # a CPU torch: torchvision's CUDA operators cannot load (see .cpu)
+        install_stand_ins()
     try:
         run_sglang_plugin_loading()
         from .. import loader

@@ -1,5 +1,11 @@
 """Fixtures for tests on the real SGLang source (any supported release)."""
 
+import os
+
+# SGLang's Triton kernels run on a CPU only interpreted, and triton decides per
+# kernel when it is decorated: set before any test module imports SGLang.
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
 import pytest
 
 from sglang_spec_plugins.testing.cpu import install_stand_ins, reset_plugin_state, run_sglang_plugin_loading
