@@ -26,3 +26,20 @@ def test_example_starts_with_the_readme_command(sglang_loaded, name):
     assert worker.__name__ == {"SBD": "SBDWorker", "DFLASH_BLOCK": "DFlashBlockWorker"}[name]
     assert worker_section(worker)["problems"] == []
     assert registry_section(name, policy, [ndt])["problems"] == []
+
+
+def test_kit_attention_check_needs_the_loaders_patches(sglang_loaded):
+    """The kit's attention check on this release: SBD verifying 8 tokens at
+    ndt 4 (a graph captured wider than ndt) matches reference attention
+    through trtllm_mha and aiter with the loader's patches, and fails through
+    trtllm_mha without them (so the check can fail)."""
+    from sglang_spec_plugins.patches import PATCHES, revert_all
+    from sglang_spec_plugins.testing.on_sglang import attention_section
+
+    sglang_loaded(EXAMPLES)
+    policy = loader.load().policies["SBD"]
+    patched = attention_section("SBD", policy, [4])
+    assert patched["checked"] == {"trtllm_mha": [8], "aiter": [8]} and patched["problems"] == []
+    revert_all(PATCHES)
+    unpatched = attention_section("SBD", policy, [4])["problems"]
+    assert any(p.startswith("trtllm_mha, num_draft_tokens=4, width 8: ") for p in unpatched), unpatched
