@@ -54,11 +54,16 @@ class AlgorithmSpec:
     and registered upper case. It may not be one of SGLang's built-in names.
 
     ``worker_factory``: called by SGLang with its ``ServerArgs`` when it
-    creates the speculative worker; returns the worker class.
+    creates the speculative worker; returns the worker class, which must fit
+    the release's worker contract (:mod:`.engine.worker_contract`; build it
+    on ``worker_contract.worker_base()``). Import SGLang inside the factory,
+    not at the plugin module's top.
 
     ``supports_overlap``: whether the worker runs under SGLang's overlap
-    scheduler. If False, SGLang refuses to start unless
-    ``--disable-overlap-schedule`` is given.
+    scheduler. If False (the default, as in SGLang's own registry), every
+    release 0.5.12-0.5.23 refuses to start unless
+    ``--disable-overlap-schedule`` is given, and drives the worker
+    synchronously.
 
     ``validate_server_args``: optional ``(server_args) -> None`` that raises
     ``ValueError`` to refuse a configuration; SGLang calls it while it
