@@ -71,7 +71,7 @@ def _triton_ignores(source: str) -> Optional[FrozenSet[bool]]:
     return None
 
 
-def _ndt(model_runner) -> int:
+def configured_ndt(model_runner) -> int:
     """ndt where the backends read it: the runtime context (0.5.17+), else the runner's server args."""
     try:
         from sglang.srt.runtime_context import get_spec
@@ -84,18 +84,33 @@ def refuse_other_width(backend: str, model_runner, ndt: int, lays_out: str) -> N
     """Raise EngineError if this runner's plugin algorithm verifies a width
     other than ``ndt`` on a worker that runs TARGET_VERIFY; ``backend`` names
     the attention backend, ``lays_out`` says what it does instead."""
-    policy = policy_of(model_runner.spec_algorithm)
+    policy = verifying_policy(model_runner)
+    if policy is None:
+        return
     is_draft = bool(model_runner.is_draft_worker)
-    if policy is None or (is_draft and not policy.draft_may_verify()):
-        return  # a built-in algorithm, or a draft worker that never runs TARGET_VERIFY
     width = policy.width(ndt, is_draft)
     if width != ndt:
-        raise EngineError(
-            f"algorithm {policy.algorithm} (plugin {policy.plugin!r}) verifies {width} tokens per request on the "
+        raise EngineError(refusal(policy, is_draft, width, ndt, backend, lays_out)
+                          + " or a width equal to speculative_num_draft_tokens")
+
+
+def verifying_policy(model_runner):
+    """The plugin policy of this runner's algorithm if the runner runs
+    TARGET_VERIFY; None for a built-in algorithm, or a draft worker the
+    plugin does not let verify."""
+    policy = policy_of(model_runner.spec_algorithm)
+    if policy is None or (model_runner.is_draft_worker and not policy.draft_may_verify()):
+        return None
+    return policy
+
+
+def refusal(policy, is_draft: bool, width: int, ndt: int, backend: str, why: str, shape: str = "") -> str:
+    """The start-up refusal of a plugin algorithm on an attention backend:
+    algorithm, plugin, worker, width, backend, SGLang release and why."""
+    what = f"{width} tokens per request" + (f" shaped as a {shape}" if shape else "")
+    return (f"algorithm {policy.algorithm} (plugin {policy.plugin!r}) verifies {what} on the "
             f"{_WHO[is_draft]} worker at speculative_num_draft_tokens={ndt}, but SGLang {installed_version()}'s {backend} "
-            f"attention backend {lays_out}; choose another --attention-backend or a width equal to "
-            f"speculative_num_draft_tokens"
-        )
+            f"attention backend {why}; choose another --attention-backend")
 
 
 def _guard(backend: str, shape):
@@ -115,7 +130,7 @@ def _guard(backend: str, shape):
         @functools.wraps(original)
         def __init__(self, model_runner, *args, **kwargs):
             if bool(model_runner.is_draft_worker) in ignores:
-                refuse_other_width(backend, model_runner, _ndt(model_runner),
+                refuse_other_width(backend, model_runner, configured_ndt(model_runner),
                                    "lays TARGET_VERIFY out at speculative_num_draft_tokens")
             original(self, model_runner, *args, **kwargs)
 
@@ -170,32 +185,43 @@ class Support:
     reason: str
 
 
+_EAGLE_TREE_ONLY = "verifies a tree only through EAGLE's topk machinery, which a plugin verify input lacks"
+
+
 def _applies(patches) -> bool:
     release = installed_version()
     return any(p.plan(release).verdict == "apply" for p in patches)
 
 
-def attention_support(backend: str, width: int, ndt: int, verify_shape: str = CHAIN) -> Support:
+def attention_support(backend: str, width: int, ndt: int, verify_shape: str = CHAIN, *,
+                      is_draft_worker: bool = False) -> Support:
     """What a plugin algorithm verifying ``width`` tokens per request of
     ``verify_shape`` at ``speculative_num_draft_tokens=ndt`` gets from
-    ``backend`` (an ``--attention-backend`` name) on the target worker of the
-    installed SGLang, for eager, CUDA-graph capture and replay together.
-    A backend outside :data:`KNOWN_BACKENDS` is trusted only with SGLang's own
-    layout: a chain at width ndt."""
+    ``backend`` (an ``--attention-backend`` name; ``flashinfer_mla`` and
+    ``aiter_mla`` for those backends on an MLA model) on the installed SGLang,
+    for eager, CUDA-graph capture and replay together, on the target worker
+    (or the draft worker, for a plugin that lets it verify). A backend outside
+    :data:`KNOWN_BACKENDS` is trusted only with SGLang's own layout: a chain at
+    width ndt. The loader enforces every ``refused`` when the backend is built
+    (:mod:`.backend_gate`)."""
     from . import aiter, capture_input, trtllm_mha
 
     release = installed_version()
     other = width != ndt
+    worker = _DRAFT if is_draft_worker else _TARGET
     graph = capture_input.CAPTURE_INPUT.plan(release)
     if graph.verdict == "refused":
-        return Support(REFUSED, f"SGLang {release}: {graph.reason}")
+        return Support(REFUSED, f"cannot be captured with a plugin verify input: {graph.reason}")
+    if verify_shape == TREE and is_draft_worker:
+        return Support(REFUSED, "cannot verify a tree on the draft worker: SGLang captures a draft worker's "
+                                "TARGET_VERIFY only as a causal chain")
     capture = "the CUDA-graph capture gets the verify input of the declared shape (capture_input)"
     if backend == "flashinfer":
         return Support(PATCHED, f"lays TARGET_VERIFY out from the verify input at every step; {capture}, "
                                 "without which capture fails")
     if backend == "triton":
         ignores = _triton_ignores(TRITON.alternatives[0].source() or "")
-        if other and (ignores is None or _TARGET in ignores):
+        if other and (ignores is None or worker in ignores):
             return Support(REFUSED, "lays TARGET_VERIFY out at speculative_num_draft_tokens (refused at start-up)")
         if verify_shape == TREE and width > ndt:
             return Support(REFUSED, "sizes its verify-mask buffer from speculative_num_draft_tokens: a wider tree mask "
@@ -211,11 +237,14 @@ def attention_support(backend: str, width: int, ndt: int, verify_shape: str = CH
             return Support(PATCHED, "per-request width patched to the batch's on eager, capture and replay (trtllm_mha)")
         return Support(SERVED, "takes the width from the batch")
     if backend in ("fa3", "fa4"):
-        if other:
-            return Support(REFUSED, "the target worker lays TARGET_VERIFY out at speculative_num_draft_tokens "
-                                    "(refused at start-up)")
+        ignores = _fa3_ignores(FA3.alternatives[0].source() or "")
+        if other and (ignores is None or worker in ignores):
+            return Support(REFUSED, f"lays the {_WHO[worker]} worker's TARGET_VERIFY out at "
+                                    "speculative_num_draft_tokens (refused at start-up)")
         if verify_shape == TREE:
-            return Support(REFUSED, "its tree path is EAGLE's topk machinery, which a plugin verify input lacks")
+            return Support(REFUSED, _EAGLE_TREE_ONLY)
+        if other:
+            return Support(SERVED, "the draft worker takes the width from the algorithm; causal within the block")
         return Support(SERVED, "SGLang's own layout at speculative_num_draft_tokens, causal within the block")
     if backend == "aiter":
         if other and _applies([p for p in aiter.PATCHES if p is not aiter.MLA_REFUSAL]):
@@ -225,8 +254,10 @@ def attention_support(backend: str, width: int, ndt: int, verify_shape: str = CH
     if backend == "aiter_mla":
         if other:
             return Support(REFUSED, "the AITER MLA kernels take a fixed draft length (refused at start-up)")
+        if verify_shape == TREE:
+            return Support(REFUSED, _EAGLE_TREE_ONLY)
         return Support(SERVED, "SGLang's own layout at speculative_num_draft_tokens")
     if other or verify_shape == TREE:
-        return Support(REFUSED, f"not examined by sglang-spec-plugins for SGLang {release}: only a chain at "
+        return Support(REFUSED, "is not examined by sglang-spec-plugins: only a chain at "
                                 "speculative_num_draft_tokens is trusted to it")
     return Support(SERVED, "SGLang's own layout at speculative_num_draft_tokens (not examined by sglang-spec-plugins)")

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import types
 from typing import Tuple
 
 from ..engine.algorithm import policy_of
@@ -77,25 +78,87 @@ def at_width(spec_info, width: int):
     return copy
 
 
-def _wrapper(original):
+def built_in_of(algorithm, is_draft_worker: bool):
+    """The built-in algorithm whose verify input a plugin ``algorithm``'s
+    declared shape takes; EngineError for a tree on a draft worker."""
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
+    shape = algorithm.verify_shape
+    if shape == TREE and is_draft_worker:
+        policy = policy_of(algorithm)
+        raise EngineError(f"algorithm {policy.algorithm} (plugin {policy.plugin!r}) declares verify_shape='tree' and "
+                          "lets its draft worker verify, but SGLang captures a draft worker's TARGET_VERIFY only as "
+                          "a causal chain; declare verify_shape='chain' or keep TARGET_VERIFY on the target worker")
+    return getattr(SpeculativeAlgorithm, _BUILT_IN_OF_SHAPE[shape])
+
+
+_CAUSAL_WITHOUT_MASK = frozenset({"TritonAttnBackend"})
+"""Backends whose TARGET_VERIFY is causal within the block when the verify
+input carries no custom mask, although the release's DFLASH mask policy
+(``resolve_dflash_verify_mask_policy``) may still capture them with one:
+triton up to 0.5.13 (the policy lists triton as maskless from 0.5.14)."""
+
+
+def _without_needless_mask(spec_info, runner):
+    """A chain's captured input with no custom mask where the backend is causal
+    without one. A graph captured with the mask buffer reads it at every
+    replay, and a chain worker that sends no mask (as it need not on these
+    backends, see ``verify_layout.CHAIN``) would leave it stale."""
+    if spec_info is None or getattr(spec_info, "custom_mask", None) is None:
+        return spec_info
+    from sglang.srt.speculative.dflash_utils import resolve_dflash_verify_mask_policy
+
+    name, _ = resolve_dflash_verify_mask_policy(runner.model_runner.attn_backend)
+    return dataclasses.replace(spec_info, custom_mask=None) if name in _CAUSAL_WITHOUT_MASK else spec_info
+
+
+def _wrapper(original):
     @functools.wraps(original)
     def get_spec_info(self, num_tokens, *args, **kwargs):
         algorithm = self.model_runner.spec_algorithm
-        policy = policy_of(algorithm)
-        if policy is None:
+        if policy_of(algorithm) is None:
             return original(self, num_tokens, *args, **kwargs)
-        shape = algorithm.verify_shape
-        if shape == TREE and self.model_runner.is_draft_worker:
-            raise EngineError(f"algorithm {policy.algorithm} (plugin {policy.plugin!r}) declares verify_shape='tree' and "
-                              "lets its draft worker verify, but SGLang captures a draft worker's TARGET_VERIFY only as "
-                              "a causal chain; declare verify_shape='chain' or keep TARGET_VERIFY on the target worker")
-        built_in = getattr(SpeculativeAlgorithm, _BUILT_IN_OF_SHAPE[shape])
+        built_in = built_in_of(algorithm, self.model_runner.is_draft_worker)
         seen = _Seen(self, model_runner=_Seen(self.model_runner, spec_algorithm=built_in))
-        return at_width(original(seen, num_tokens, *args, **kwargs), captured_width(self))
+        spec_info = original(seen, num_tokens, *args, **kwargs)
+        if algorithm.verify_shape == CHAIN:
+            spec_info = _without_needless_mask(spec_info, self)
+        return at_width(spec_info, captured_width(self))
 
     return get_spec_info
+
+
+# -- The dummy (warm-up) run: the same choice, made by its own code ----------
+# The dummy run (flashinfer's autotune runs it) builds its verify input the
+# same way: 0.5.14+ through ``create_dummy_verify_input(spec_algorithm, ...,
+# width, is_draft_worker)``, up to 0.5.13 through a function nested in
+# ``_dummy_run`` that reads the runner as ``self``. ``runners.dummy_run``
+# routes that call through these two.
+
+def dummy_verify_input(create, spec_algorithm, *args):
+    """``create(spec_algorithm, *args)`` (``create_dummy_verify_input``, whose
+    last two arguments are the width and is_draft_worker), asked as the
+    built-in algorithm of a plugin algorithm's declared shape, at the width."""
+    if policy_of(spec_algorithm) is None:
+        return create(spec_algorithm, *args)
+    width, is_draft_worker = args[-2], args[-1]
+    return at_width(create(built_in_of(spec_algorithm, is_draft_worker), *args), width)
+
+
+def dummy_spec_info(get_spec_info, width: int):
+    """``get_spec_info()`` (the function nested in ``_dummy_run`` up to 0.5.13)
+    run, for a plugin algorithm, with the runner it reads as ``self`` seen as
+    the built-in algorithm of the declared shape; its result at ``width``."""
+    code, closure = get_spec_info.__code__, get_spec_info.__closure__ or ()
+    cells = dict(zip(code.co_freevars, closure))
+    runner = cells["self"].cell_contents
+    if policy_of(runner.spec_algorithm) is None:
+        return get_spec_info()
+    seen = _Seen(runner, spec_algorithm=built_in_of(runner.spec_algorithm, runner.is_draft_worker))
+    cells["self"] = types.CellType(seen)
+    rerun = types.FunctionType(code, get_spec_info.__globals__, code.co_name, get_spec_info.__defaults__,
+                               tuple(cells[name] for name in code.co_freevars))
+    return at_width(rerun(), width)
 
 
 CAPTURE_INPUT = WrapPatch(

@@ -23,8 +23,11 @@ flashinfer, triton or trtllm_mha backend, built on the model runner of
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import importlib
+import inspect
+import textwrap
 import types
 
 import torch
@@ -33,6 +36,7 @@ from torch.overrides import TorchFunctionMode
 import runner_drive
 import trtllm_harness as h
 from attention_reference import attend
+from sglang_spec_plugins.engine.probe import probe
 
 BACKENDS = {
     "flashinfer": ("sglang.srt.layers.attention.flashinfer_backend", "FlashInferAttnBackend"),
@@ -185,6 +189,46 @@ def capture_input(algorithm, server_args, attn, num_tokens: int, max_bs: int):
         enabled = getattr(module, "ragged_verify_compact_graphs_enabled", lambda algo: False)
         runner.ragged_verify_mode, runner._captured_ragged_layouts = enabled(algorithm), {}
     return type(runner).get_spec_info(runner, num_tokens), width
+
+
+def dummy_run_input(algorithm, server_args, attn, bs: int):
+    """(verify input, width) of the release's dummy (warm-up) run of ``bs``
+    requests for ``algorithm`` (target worker) on ``attn``: its own
+    ``_dummy_run`` (as the class holds it now) run up to the end of the
+    statement that builds the verify input. Stand-ins: the model-runner
+    fields it reads before (a model config of the harness's sizes) and, from
+    0.5.14, the static input buffers its caller hands it (all-ones custom mask)."""
+    from sglang.srt.model_executor.model_runner import ModelRunner
+
+    owner, _, dummy_run = runner_drive._located(probe().dummy_run)
+    mr = runner_drive.model_runner(algorithm, False, server_args)
+    mr.attn_backend, mr.dtype = attn, torch.float32
+    mr.model_config.hidden_size, mr.model_config.vocab_size, mr.model_config.dtype = h.NUM_HEADS * h.HEAD_DIM, 64, torch.float32
+    this = mr if owner is ModelRunner else types.SimpleNamespace(model_runner=mr)
+    kwargs = {}
+    if "buffers" in inspect.signature(dummy_run).parameters:  # 0.5.14+: the caller's buffers
+        tokens = bs * MAX_DUMMY_WIDTH
+        z = lambda *shape: torch.zeros(*shape, dtype=torch.int64)  # noqa: E731
+        kwargs["buffers"] = types.SimpleNamespace(
+            input_ids=z(tokens), positions=z(tokens), out_cache_loc=z(tokens), mrope_positions=z(3, tokens),
+            num_token_non_padded=z(1), req_pool_indices=z(bs), seq_lens=z(bs), seq_lens_cpu=z(bs),
+            next_token_logits_buffer=None, encoder_lens=None, pp_proxy_tensors=None,
+            global_num_tokens_gpu=z(1), global_num_tokens_for_logprob_gpu=z(1),
+            custom_mask=torch.ones(tokens * (tokens + MAX_DUMMY_WIDTH), dtype=torch.bool))
+    with runner_drive._single_process(dummy_run):
+        local = runner_drive.run_until(dummy_run, _verify_input_built(dummy_run), this, bs, **kwargs)
+    return local["spec_info"], local.get("num_tokens_per_req", local.get("num_tokens_per_bs"))
+
+
+MAX_DUMMY_WIDTH = 8
+
+
+def _verify_input_built(func) -> int:
+    """File line of the end of the statement in ``func`` that assigns its verify input."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(func)))
+    node = next(n for n in ast.walk(tree) if isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == "spec_info"
+                and isinstance(n.value, ast.Call) and not isinstance(n.value.func, ast.Attribute))
+    return node.end_lineno + func.__code__.co_firstlineno - 1
 
 
 def worker_input(shape: str, width: int, mask):

@@ -167,7 +167,12 @@ class _PastTheBlock(BaseException):
 def _run_through_spec_block(func, *args, **kwargs):
     """Call ``func`` and stop it at the first line after its
     ``if ...spec_algorithm.is_speculative():`` body; return its locals there."""
-    last_line = _spec_block_last_line(func)
+    return run_until(func, _spec_block_last_line(func), *args, **kwargs)
+
+
+def run_until(func, last_line, *args, **kwargs):
+    """Call ``func`` and stop it at its first line after file line
+    ``last_line``; return its locals there."""
     code = func.__code__
     stopped_at = {}
 
@@ -185,7 +190,7 @@ def _run_through_spec_block(func, *args, **kwargs):
         return stopped_at
     finally:
         sys.settrace(previous)
-    raise AssertionError(f"{func.__qualname__} returned before leaving its speculative block")
+    raise AssertionError(f"{func.__qualname__} returned before line {last_line}")
 
 
 def _spec_block_last_line(func):

@@ -37,6 +37,10 @@ PLUGIN = textwrap.dedent("""
     @hookimpl
     def sgl_spec_verify_width(algorithm, settings):
         return settings["width"] if algorithm.startswith("CAP_") else None
+
+    @hookimpl
+    def sgl_spec_draft_may_verify(algorithm, settings):
+        return settings["draft"] if algorithm.startswith("CAP_") else None
     """)
 
 TOML = """
@@ -45,28 +49,32 @@ enable = ["cap"]
 [algorithms.CAP_CHAIN]
 max_tokens_per_req = {max_width}
 width = {width}
+draft = {draft}
 [algorithms.CAP_TREE]
 max_tokens_per_req = {max_width}
 width = {width}
+draft = {draft}
 """
 
 
 @pytest.fixture
 def plugin(site, sglang_loaded):
-    """``plugin(shape, width)``: the plugin algorithm of that verify shape, loaded through SGLang."""
+    """``plugin(shape, width, draft=False)``: the plugin algorithm of that verify
+    shape (its draft worker verifies if ``draft``), loaded through SGLang."""
     site.add("cap-drafter", {"cap": "cap_mod"}, {"cap_mod": PLUGIN})
 
-    def load(shape: str, width: int):
+    def load(shape: str, width: int, draft: bool = False):
         from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
-        sglang_loaded(TOML.format(max_width=MAX_WIDTH, width=width))
+        sglang_loaded(TOML.format(max_width=MAX_WIDTH, width=width, draft=str(draft).lower()))
         return SpeculativeAlgorithm.from_string(f"CAP_{shape.upper()}")
 
     return load
 
 
-def capture_then_replay(monkeypatch, algorithm, backend: str, shape: str, width: int, seed: int):
-    """(output, reference) of a replay after a capture, on the real ``backend``."""
+def capture_then_replay(monkeypatch, algorithm, backend: str, shape: str, width: int, seed: int, chain_mask=False):
+    """(output, reference) of a replay after a capture, on the real ``backend``;
+    a chain worker sends its causal mask only if ``chain_mask``."""
     gen = torch.Generator().manual_seed(seed)
     ch.bind_stand_ins(monkeypatch)
     monkeypatch.setenv("SGLANG_FLASHINFER_WORKSPACE_SIZE", str(1 << 20))
@@ -82,7 +90,7 @@ def capture_then_replay(monkeypatch, algorithm, backend: str, shape: str, width:
         batch = h.make_batch(attn, prefixes, width, gen)
         blocks = (ch.tree_blocks(BS, width, gen) if shape == "tree"
                   else [torch.ones(width, width, dtype=torch.bool).tril()] * BS)
-        mask = ch.flat_mask(prefixes, blocks) if shape == "tree" else None
+        mask = ch.flat_mask(prefixes, blocks) if shape == "tree" or chain_mask else None
         fb = ch.forward_batch(batch, attn, ch.worker_input(shape, width, mask), algorithm)
         if hasattr(fb.spec_info, "live_seq_lens_cpu"):  # 0.5.22+: a chain verify's seq_lens_cpu are the KV lengths
             fb.seq_lens_cpu = fb.seq_lens_cpu + width
@@ -120,11 +128,35 @@ def test_triton_captures_and_replays_a_plugin_algorithm(monkeypatch, plugin, sha
         with pytest.raises(EngineError, match="triton"):  # refused when the backend is built (backend_support)
             capture_then_replay(monkeypatch, algorithm, "triton", shape, width, seed=width)
         return
-    if shape == "chain" and RELEASE.startswith("0.5.12"):
-        pytest.xfail("open: triton 0.5.12.x replays a chain without a mask wrongly here, not yet explained "
-                     "(harness or SGLang); strict: the assertion below must fail")
     out, ref = capture_then_replay(monkeypatch, algorithm, "triton", shape, width, seed=width)
     torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
+
+
+def release_captures_triton_with_a_chain_mask() -> bool:
+    """Up to 0.5.13 SGLang's DFLASH mask policy gives triton a custom mask (its worker sends one, and
+    the CUDA-graph runner captures the mask buffer); from 0.5.14 triton verifies DFLASH causally."""
+    from sglang.srt.speculative import dflash_utils
+
+    return "TritonAttnBackend" not in dflash_utils._DFLASH_VERIFY_SKIP_CUSTOM_MASK_BACKENDS
+
+
+@pytest.mark.parametrize("chain_mask", [False, True], ids=["no mask", "causal mask"])
+def test_triton_replays_a_chain_whether_or_not_the_worker_sends_its_mask(monkeypatch, plugin, chain_mask):
+    """A chain is captured on triton without a mask (causal within the block), so a replay is right
+    with the worker's causal mask (as DFLASH's worker sends it up to 0.5.13) or without."""
+    algorithm = plugin("chain", NDT)
+    out, ref = capture_then_replay(monkeypatch, algorithm, "triton", "chain", NDT, seed=5, chain_mask=chain_mask)
+    torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
+
+
+def test_triton_chain_captured_with_the_release_s_mask_replays_wrong_without_one(monkeypatch, plugin):
+    """Where the release's DFLASH policy captures triton with the mask buffer (up to 0.5.13), a chain
+    captured that way and replayed without a mask reads the stale buffer: wrong. The loader captures
+    a chain there without the mask (capture_input._CAUSAL_WITHOUT_MASK)."""
+    algorithm = plugin("chain", NDT)
+    monkeypatch.setattr(capture_input, "_CAUSAL_WITHOUT_MASK", frozenset())
+    out, ref = capture_then_replay(monkeypatch, algorithm, "triton", "chain", NDT, seed=5)
+    assert torch.allclose(out, ref, atol=1e-4) != release_captures_triton_with_a_chain_mask()
 
 
 def test_triton_tree_replays_without_its_mask_unpatched(monkeypatch, plugin):

@@ -1,0 +1,118 @@
+"""The start-up gate: a plugin algorithm never runs on an attention backend
+that would lay its TARGET_VERIFY out wrong.
+
+Every attention backend a model runner (target or draft) builds goes through
+one function per release that looks the ``--attention-backend`` name up in
+SGLang's registry ``ATTENTION_BACKENDS`` and calls the factory registered
+there: ``ModelRunner._get_attention_backend_from_str`` up to 0.5.15,
+``attention_backend_setup._build_full_attention_backend_from_str`` from
+0.5.16 (a prefill/decode pair builds through it twice, so both are gated).
+``backends.gate`` wraps that function: for a plugin algorithm on a worker
+that runs TARGET_VERIFY it asks :func:`.backend_support.attention_support`
+about the backend at the plugin's width and declared verify shape, and
+refuses with an :class:`EngineError` before the factory runs when the answer
+is ``refused``; backends the project has not examined (registered by a
+future release, or by another package) are trusted only with a chain at
+``speculative_num_draft_tokens``. Built-in algorithms, and draft workers
+that do not verify, build exactly as before.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib
+import inspect
+from dataclasses import dataclass
+from typing import Any, Optional, Tuple
+
+from ..engine.probe import source_file
+from ..errors import EngineError
+from .backend_support import REFUSED, attention_support, configured_ndt, refusal, verifying_policy
+from .unit import Target, WrapPatch
+
+_MLA_NAMES = {"flashinfer": "flashinfer_mla", "aiter": "aiter_mla"}
+"""Registry names whose factory builds another backend for an MLA model."""
+
+
+@dataclass(frozen=True)
+class FunctionTarget(Target):
+    """A module-level function ``module:function`` (the owner is the module:
+    callers in that module find the replacement through its globals)."""
+
+    def resolve(self) -> Optional[Tuple[Any, str, Any]]:
+        if self.source() is None:
+            return None
+        module = importlib.import_module(self.module)
+        func = vars(module).get(self.qualname)
+        return None if func is None else (module, self.qualname, func)
+
+    def source(self) -> Optional[str]:
+        return _function_source(self.module, self.qualname)
+
+
+@functools.lru_cache(maxsize=None)
+def _function_source(module_name: str, name: str) -> Optional[str]:
+    """The source of a top-level function, read from the installed file without importing it."""
+    path = source_file(module_name)
+    if path is None:
+        return None
+    text = path.read_text(encoding="utf-8")
+    node = next((n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef) and n.name == name), None)
+    return None if node is None else ast.get_source_segment(text, node)
+
+
+def classified_name(backend_str: str, model_runner) -> str:
+    """The name :func:`attention_support` classifies: the registry name, or
+    its MLA backend's where the factory builds that for an MLA model."""
+    if getattr(model_runner, "use_mla_backend", False):
+        return _MLA_NAMES.get(backend_str, backend_str)
+    return backend_str
+
+
+def check(backend_str: str, model_runner) -> None:
+    """Raise EngineError if this runner's plugin algorithm must not verify on ``backend_str``."""
+    policy = verifying_policy(model_runner)
+    if policy is None:
+        return
+    is_draft = bool(model_runner.is_draft_worker)
+    ndt = configured_ndt(model_runner)
+    width, shape = policy.width(ndt, is_draft), model_runner.spec_algorithm.verify_shape
+    name = classified_name(backend_str, model_runner)
+    support = attention_support(name, width, ndt, shape, is_draft_worker=is_draft)
+    if support.verdict == REFUSED:
+        raise EngineError(refusal(policy, is_draft, width, ndt, name, support.reason, shape))
+
+
+def _condition(source: str) -> Tuple[str, str]:
+    if "ATTENTION_BACKENDS[backend_str](" in source:
+        return "apply", "builds every attention backend from the registry: refuse, before the factory runs, a plugin " \
+                        "algorithm the backend would not verify right"
+    return "refused", "unknown shape: the attention backend is not built from ATTENTION_BACKENDS[backend_str]"
+
+
+def _wrapper(original):
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def build(*args, **kwargs):
+        arguments = signature.bind(*args, **kwargs).arguments
+        check(arguments["backend_str"], arguments.get("model_runner", arguments.get("self")))
+        return original(*args, **kwargs)
+
+    return build
+
+
+GATE = WrapPatch(
+    name="backends.gate",
+    summary="attention backend factory: refuse a plugin algorithm on a backend that would not verify it right",
+    alternatives=(
+        FunctionTarget("sglang.srt.model_executor.model_runner_components.attention_backend_setup",
+                       "_build_full_attention_backend_from_str"),  # 0.5.16+
+        Target("sglang.srt.model_executor.model_runner", "ModelRunner._get_attention_backend_from_str"),  # up to 0.5.15
+    ),
+    condition=_condition,
+    wrapper=_wrapper,
+)
+
+PATCHES = (GATE,)
