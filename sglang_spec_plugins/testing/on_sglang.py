@@ -8,7 +8,8 @@ the loader; ``SGLANG_SPEC_PLUGINS`` names the plugin), then per algorithm:
 * ``registry``: SGLang's registry holds the algorithm, and the algorithm
   object SGLang's runners ask (every width-hook name the release calls,
   ``supports_target_verify_for_draft``, ``resolve_max_speculative_num_draft_tokens``)
-  gives the plugin's answers;
+  and SGLang's ``spec_utils.resolve_num_tokens_per_req`` (0.5.16+) give the
+  plugin's answers;
 * ``start``: ``validate_server_args`` on a real ``ServerArgs`` for each
   accepted ndt; SGLang's own ``create_worker`` refuses exactly when
   :func:`~sglang_spec_plugins.engine.worker_contract.overlap_flag_needed`
@@ -68,6 +69,7 @@ def registry_section(name, policy, ndts) -> Dict[str, Any]:
     if getattr(algo, "policy", None) is not policy:
         return {"problems": [f"SGLang's registry resolves {name} to {algo!r}, not the plugin's algorithm"]}
     hooks = probe().width_hooks or ("get_num_tokens_per_req_for_target_verify",)
+    resolve = _spec_utils_width()
     for ndt in ndts:
         for is_draft in (False, True):
             want = policy.width(ndt, is_draft)
@@ -75,6 +77,11 @@ def registry_section(name, policy, ndts) -> Dict[str, Any]:
                 got = getattr(algo, hook)(ndt, is_draft)
                 if got != want:
                     problems.append(f"SGLang's {hook}({ndt}, {is_draft}) gives {got}, the plugin answered {want}")
+            if resolve is not None:
+                got = resolve(algo, ndt, is_draft)
+                if got != want:
+                    problems.append(f"SGLang's spec_utils.resolve_num_tokens_per_req(target_verify, num_draft_tokens={ndt}, "
+                                    f"is_draft_worker={is_draft}) gives {got}, the plugin answered {want}")
         got_max = algo.resolve_max_speculative_num_draft_tokens(SimpleNamespace(speculative_num_draft_tokens=ndt))
         if got_max != policy.max_width(ndt):
             problems.append(f"SGLang's resolve_max_speculative_num_draft_tokens at ndt={ndt} gives {got_max}, "
@@ -82,7 +89,32 @@ def registry_section(name, policy, ndts) -> Dict[str, Any]:
     if probe().draft_check and algo.supports_target_verify_for_draft() != policy.draft_may_verify():
         problems.append(f"SGLang's supports_target_verify_for_draft() gives {algo.supports_target_verify_for_draft()}, "
                         f"the plugin answered {policy.draft_may_verify()}")
-    return {"problems": problems, "hooks": list(hooks)}
+    return {"problems": problems, "hooks": list(hooks), "spec_utils": resolve is not None}
+
+
+def _spec_utils_width():
+    """``(algorithm, ndt, is_draft_worker) -> width`` through SGLang's
+    ``spec_utils.resolve_num_tokens_per_req`` (0.5.16+, what its model runner
+    and decode CUDA-graph runner call), with server args published the
+    release's own way; None before 0.5.16."""
+    import importlib
+    import inspect
+
+    spec_utils = importlib.import_module("sglang.srt.speculative.spec_utils")
+    resolve = getattr(spec_utils, "resolve_num_tokens_per_req", None)
+    if resolve is None:
+        return None
+    takes_args = "server_args" in inspect.signature(resolve).parameters  # 0.5.16-0.5.18
+
+    def width(algo, ndt, is_draft):
+        from sglang.srt.runtime_context import get_context
+
+        with get_context().override_server_args(speculative_num_draft_tokens=ndt) as server_args:
+            extra = {"server_args": server_args} if takes_args else {}
+            return resolve(phase="target_verify", spec_algorithm=algo, is_draft_worker=is_draft,
+                           num_draft_tokens=ndt, **extra)
+
+    return width
 
 
 def start_section(name, offered, ndts) -> Dict[str, Any]:

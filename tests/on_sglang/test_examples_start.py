@@ -4,6 +4,8 @@ worker class that fits the release's worker contract; without
 --disable-overlap-schedule it refuses the synchronous SBD, as predicted.
 (The kit's SGLang sections, run in this process on the loaded examples.)"""
 
+import importlib
+
 import pytest
 
 from sglang_spec_plugins import loader
@@ -25,7 +27,10 @@ def test_example_starts_with_the_readme_command(sglang_loaded, name):
     worker = start["worker"]
     assert worker.__name__ == {"SBD": "SBDWorker", "DFLASH_BLOCK": "DFlashBlockWorker"}[name]
     assert worker_section(worker)["problems"] == []
-    assert registry_section(name, policy, [ndt])["problems"] == []
+    registry = registry_section(name, policy, [ndt])
+    assert registry["problems"] == []
+    assert registry["spec_utils"] == hasattr(importlib.import_module("sglang.srt.speculative.spec_utils"),
+                                             "resolve_num_tokens_per_req")
 
 
 def test_kit_attention_check_needs_the_loaders_patches(sglang_loaded):
