@@ -399,6 +399,21 @@ def median_ms(fn, iters):
     return times[len(times) // 2]
 
 
+def host_ms(fn, iters: int = 30) -> float:
+    """Median host wall time of ``fn`` with the GPU idle before each call."""
+    import torch
+
+    times = []
+    for _ in range(iters):
+        torch.cuda.synchronize()
+        started = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - started) * 1e3)
+    torch.cuda.synchronize()
+    times.sort()
+    return times[len(times) // 2]
+
+
 # -- ceilings ------------------------------------------------------------------------------------
 
 
@@ -429,7 +444,7 @@ def run(args):
     import sglang
 
     from sglang_spec_plugins.engine.probe import installed_version
-    from sglang_spec_plugins.patches import PATCHES, apply_all
+    from sglang_spec_plugins.patches import PATCHES, apply_all, revert_all
     from sglang_spec_plugins.testing import trtllm as harness
 
     release = getattr(sglang, "__version__", None) or installed_version()
@@ -456,11 +471,14 @@ def run(args):
     import pytest
 
     for name in args.backends:
-        for ndt in (NDT,) + tuple(args.widths):
-            plan = [(bs, ctx, w, kind) for bs in args.batches for ctx in args.contexts
-                    for w, kind in (((w, "plugin") for w in args.widths) if ndt == NDT else ((ndt, "native"),))]
-            if ndt == NDT:
-                plan += [(bs, ctx, NDT, "full") for bs in args.batches for ctx in args.contexts]
+        # ndt 16 twice, first and last: the plugin cells measured again after the native ones show drift.
+        for ndt, again in ((NDT, False),) + tuple((w, False) for w in args.widths) + ((NDT, True),):
+            kinds = ["plugin_again"] if again else ["plugin", "full"] if ndt == NDT else ["native"]
+            if ndt == NDT and not again and name == "trtllm_mha":
+                kinds.append("unpatched")  # the control: the same cells without this package's patches
+            plan = [(bs, ctx, w, kind) for kind in kinds for bs in args.batches for ctx in args.contexts
+                    for w in ((NDT,) if kind == "full" else args.widths if ndt == NDT else (ndt,))
+                    if kind != "unpatched" or (bs, ctx) == (8, 1024)]
             with pytest.MonkeyPatch.context() as mp, harness._published(mp, ndt, max_bs, name) as server_args:
                 _ARGS.append(server_args)
                 try:
@@ -471,6 +489,8 @@ def run(args):
                     continue
                 for bs, ctx, width, kind in plan:
                     cell = {"backend": name, "ndt": ndt, "bs": bs, "ctx": ctx, "width": width, "kind": kind}
+                    if kind == "unpatched":
+                        revert_all(PATCHES)
                     try:
                         timed = [ctx] * bs
                         graph, fb, x, (out, attn_out) = bench.capture(bs, width, timed)
@@ -488,8 +508,11 @@ def run(args):
                         bench.refill(fb, timed, width)
                         cell["step_ms"] = median_ms(lambda: bench.step(graph, fb), args.iters)
                         cell["graph_ms"] = median_ms(graph.replay, args.iters)
+                        cell["host_metadata_ms"] = host_ms(lambda: bench.attn.init_forward_metadata_out_graph(fb, in_capture=False))
                     except Exception as exc:
                         cell["error"] = f"{type(exc).__name__}: {exc}"[:1500]
+                    if kind == "unpatched":
+                        apply_all(PATCHES, release)
                     graph = fb = x = out = attn_out = None  # each graph owns its memory pool; freed here
                     result["cells"].append(cell)
                     print(json.dumps(cell), flush=True)
@@ -515,7 +538,7 @@ def main():
     parser.add_argument("--widths", type=int, nargs="+", default=list(WIDTHS))
     parser.add_argument("--iters", type=int, default=50)
     parser.add_argument("--summarize", nargs="+", type=Path, help="print the tables of these result files (no GPU)")
-    parser.add_argument("--metric", choices=("step_ms", "graph_ms"), default="step_ms")
+    parser.add_argument("--metric", choices=("step_ms", "graph_ms", "host_metadata_ms"), default="step_ms")
     args = parser.parse_args()
     if args.summarize:
         print(summarize(args.summarize, args.metric))
@@ -525,6 +548,9 @@ def main():
 
 
 # -- tables (any machine) ------------------------------------------------------------------------
+
+
+ERRORS = ("rel_err", "attn_rel_err", "rel_err_new_lens", "attn_rel_err_new_lens")
 
 
 def floor_ms(cell, weight_bytes, copy_gbps) -> float:
@@ -550,6 +576,7 @@ def summarize(files, metric: str) -> str:
                       "| bs | ctx | " + " | ".join(f"k={k}: a / b / a÷b" for k in WIDTHS) + " | c | "
                       + " | ".join(f"c÷a k={k}" for k in WIDTHS) + " | a k=2 ÷ floor |",
                       "|---|---|" + "---|" * (2 * len(WIDTHS) + 2)]
+            table_ab, table_again = [], []
             for bs in BATCHES:
                 for ctx in CONTEXTS:
                     full = cells.get((backend, "full", bs, ctx, NDT))
@@ -559,6 +586,10 @@ def summarize(files, metric: str) -> str:
                         if a and b:
                             ab = a[metric] / b[metric]
                             worst = max(worst, abs(ab - 1))
+                            table_ab.append(ab)
+                            again = cells.get((backend, "plugin_again", bs, ctx, k))
+                            if again:
+                                table_again.append(again[metric] / a[metric])
                             row.append(f"{a[metric]:.3f} / {b[metric]:.3f} / {ab:.2f}")
                         else:
                             row.append("-")
@@ -570,7 +601,23 @@ def summarize(files, metric: str) -> str:
                           if a2 and ceilings else "-")
                     lines.append(f"| {bs} | {ctx} | " + " | ".join(row) + f" | {full[metric]:.3f} | " if full else "| - | ")
                     lines[-1] += " | ".join(ratios) + f" | {fl} |"
+            lines.append(f"\na÷b from {min(table_ab):.3f} to {max(table_ab):.3f}"
+                         + (f"; the plugin cells measured again after the native ones: {min(table_again):.2f} to "
+                            f"{max(table_again):.2f} of the first" if table_again else ""))
     head = [f"worst |a÷b - 1| over every cell: {worst:.3f}; c÷a from {min(gains):.2f} to {max(gains):.2f}"]
+    for r in runs:
+        cells = [c for c in r["cells"] if "error" not in c]
+        errs = [max(c[k] for k in ERRORS) for c in cells if c["kind"] != "unpatched"]
+        again = {(c["backend"], c["bs"], c["ctx"], c["width"]): c[metric] for c in cells if c["kind"] == "plugin_again"}
+        drift = [again[k] / c[metric] for c in cells if c["kind"] == "plugin"
+                 for k in [(c["backend"], c["bs"], c["ctx"], c["width"])] if k in again]
+        control = [max(c["attn_rel_err"], c["attn_rel_err_new_lens"]) for c in cells if c["kind"] == "unpatched"]
+        head.append(f"SGLang {r['release']}: {len(cells)} cells ran, {len(r['cells']) - len(cells)} failed; largest relative "
+                    f"error {max(errs):.4f} (layer and attention output, timed and new lengths)"
+                    + (f"; the same plugin cells measured again at the end: {min(drift):.2f} to {max(drift):.2f} of the first"
+                       if drift else "")
+                    + (f"; without the patches (control, bs 8, ctx 1024): attention error {min(control):.3f} to {max(control):.3f}"
+                       if control else ""))
     if ceilings:
         head.append(f"ceilings: copy {ceilings['copy_GBps']} GB/s, bf16 GEMM {ceilings['bf16_gemm_TFLOPs']} TFLOP/s")
     return "\n".join(head + lines)
