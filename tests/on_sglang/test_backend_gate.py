@@ -143,6 +143,9 @@ def test_an_mla_model_is_classified_as_the_mla_backend_its_factory_builds(load, 
     assert builds("flashinfer", "CAP_CHAIN")
     with pytest.raises(EngineError, match=refusal_pattern("CAP_CHAIN", 6, "target", "flashinfer_mla", "chain")):
         builds("flashinfer", "CAP_CHAIN", mla=True)
+    with pytest.raises(EngineError, match=refusal_pattern("CAP_CHAIN", 6, "target", "aiter_mla", "chain",
+                                                          "the AITER MLA kernels take a fixed draft length.*")):
+        builds("aiter", "CAP_CHAIN", mla=True)
 
 
 def test_unknown_shape_is_refused():
