@@ -21,10 +21,15 @@ outside the graph, two warm-up forwards, and ``init_forward_metadata_in_graph``
 For bs in 1, 8, 32, 64, context 1024 and 4096, width k in 2, 4, 8:
 (a) the plugin width k on a backend built for ndt 16, with this package's
 patches applied; (b) a backend built for ndt k (native); (c) width 16 at ndt 16.
-Every configuration's layer output and attention output are compared with a
-float32 torch reference of the same layer (relative Frobenius error) after a
-replay at the timed lengths (every request at the context length) and again
-after a replay with new, random sequence lengths.
+The ndt-16 backend is built again after the native ones and its (a) cells are
+measured a second time (``plugin_again``: how far the numbers drift within a
+run), and on trtllm_mha a control runs the (a) cells of bs 8, context 1024
+with the patches reverted (``unpatched``). Every configuration's layer output
+and attention output are compared with a float32 torch reference of the same
+layer (relative Frobenius error) after a replay at the timed lengths (every
+request at the context length) and again after a replay with new, random
+sequence lengths. Besides the step, each cell records the graph replay alone
+(``graph_ms``) and the host time of the replay metadata (``host_metadata_ms``).
 
 What is built by hand, and why (SGLang needs a whole server for the rest):
 the model runner is a ``SimpleNamespace`` with SGLang's own ``ReqToTokenPool``
