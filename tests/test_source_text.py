@@ -94,3 +94,23 @@ def test_method_in_file_absent(tmp_path):
     assert method_in_file(path, "Back.plain") is None  # a prefix of a class name is not that class
     assert method_in_file(path, "Backend.coroutine") is None  # only plain ``def`` methods
     assert method_in_file(path, "Backend.f") is None  # the module-level f is outside the class
+
+
+def test_function_source_matches_inspect(tmp_path, monkeypatch):
+    import importlib
+
+    from sglang_spec_plugins.engine.source_text import function_source
+
+    (tmp_path / "cut_module.py").write_text(SOURCE.replace("class Backend(Base):", "class Backend:")
+                                            + "\n\nclass Decorated:\n    @staticmethod\n    def g():\n        return 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("cut_module")
+    for owner, name in [("Backend", "plain"), ("Backend", "signature"), ("Text", "text"), ("Continued", "continued"),
+                        ("Bracket", "bracket"), ("Text", "after")]:
+        func = vars(getattr(module, owner))[name]
+        got = function_source(func)
+        if got is not None:  # None: left to inspect (Text.after: the class body is cut at a column-0 line)
+            assert got == textwrap.dedent(inspect.getsource(func)), name
+    assert function_source(vars(module.Backend)["plain"]) is not None
+    assert function_source(module.Decorated.g) is None  # decorated: starts at the decorator, left to inspect
+    assert function_source(module.f) is None  # not a method

@@ -25,7 +25,7 @@ import inspect
 import re
 import textwrap
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Tuple
 
 _LEAVES_CLASS = re.compile(r"\n[^\s#)]")  # a top-level line: the class body ended before it
 _CODE_LINE = re.compile(r"\n([ \t]*)[^\s#)\]}]")  # a line that can end a block (not blank, comment, closer)
@@ -39,6 +39,24 @@ def _text(path: Path) -> str:
 def method_in_file(path: Path, qualname: str) -> Optional[str]:
     """The dedented source of ``Class.method`` defined directly in a top-level
     class of the file at ``path``; None when there is no such method."""
+    found = _method(path, qualname)
+    return None if found is None else found[1]
+
+
+def function_source(func) -> Optional[str]:
+    """What ``textwrap.dedent(inspect.getsource(func))`` gives for a method
+    defined directly in a top-level class of its file, found as above and
+    accepted only when it starts at the function's first line (a decorated or
+    nested function, or a file changed since, gives None: ask ``inspect``)."""
+    code = getattr(func, "__code__", None)
+    if code is None or getattr(func, "__qualname__", "").count(".") != 1 or not Path(code.co_filename).is_file():
+        return None
+    found = _method(Path(code.co_filename), func.__qualname__)
+    return found[1] if found is not None and found[0] == code.co_firstlineno else None
+
+
+def _method(path: Path, qualname: str) -> Optional[Tuple[int, str]]:
+    """(line number of the ``def``, dedented source) of ``Class.method`` in the file at ``path``."""
     text = _text(path)
     owner_name, _, attr = qualname.rpartition(".")
     owner = _line_starting(text, f"class {owner_name}", 0, len(text), lambda after: not (after.isalnum() or after == "_"))
@@ -60,7 +78,7 @@ def method_in_file(path: Path, qualname: str) -> Optional[str]:
             ast.parse(textwrap.dedent(block))
         except SyntaxError:
             lines = inspect.getblock(text[start:].splitlines(keepends=True))
-    return _dedent(lines, indent)
+    return text.count("\n", 0, start), _dedent(lines, indent)
 
 
 def _line_starting(text: str, head: str, begin: int, stop: int, accept=None, indented: bool = False) -> Optional[int]:

@@ -27,6 +27,8 @@ import types
 from dataclasses import dataclass
 from typing import Callable, Sequence, Tuple
 
+from ..engine.source_text import function_source
+
 
 @dataclass(frozen=True)
 class Edit:
@@ -46,7 +48,9 @@ class Edit:
 
 
 def source_of(func: Callable) -> str:
-    return textwrap.dedent(inspect.getsource(func))
+    """The function's dedented source (a method is cut out of its file's text
+    without tokenizing it: ``engine.source_text``)."""
+    return function_source(func) or textwrap.dedent(inspect.getsource(func))
 
 
 def rebuild(func: types.FunctionType, owner: type, edits: Sequence[Edit]) -> types.FunctionType:
@@ -65,7 +69,8 @@ def rebuild(func: types.FunctionType, owner: type, edits: Sequence[Edit]) -> typ
         line = lines[hits[0]]
         indent = line[: len(line) - len(line.lstrip())]
         lines[hits[0]] = f"{indent}{edit.new}\n"
-    tree = ast.parse("".join(lines))
+    # Parsed at the function's own line numbers (blank lines before it), so no pass over the tree moves them.
+    tree = ast.parse("\n" * (func.__code__.co_firstlineno - 1) + "".join(lines))
     node = tree.body[0]
     if not isinstance(node, ast.FunctionDef) or node.decorator_list:
         raise ValueError(f"{func.__qualname__}: only undecorated plain functions can be rebuilt")
@@ -78,9 +83,9 @@ def rebuild(func: types.FunctionType, owner: type, edits: Sequence[Edit]) -> typ
         returns=None,
         type_comment=None,
     )
+    for new_node in (factory, *factory.args.args, factory.body[1], factory.body[1].value):
+        ast.copy_location(new_node, node)
     module = ast.Module(body=[factory], type_ignores=[])
-    ast.fix_missing_locations(module)
-    ast.increment_lineno(module, func.__code__.co_firstlineno - 1)
     namespace: dict = {}
     # Compile under the original function's __future__ flags (e.g. postponed annotations, which
     # SGLang's runners rely on for names imported only under TYPE_CHECKING), not this module's.
