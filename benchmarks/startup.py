@@ -161,6 +161,7 @@ def main() -> None:
         return child(args.child, args.modules)
 
     modules = target_modules()
+    load_before = os.getloadavg()[0]  # a shared machine: other processes' load inflates every number
     runs = {}
     with tempfile.TemporaryDirectory() as tmp:
         toml = write_plugins(Path(tmp))
@@ -208,7 +209,8 @@ def main() -> None:
         args.out.write_text(json.dumps({
             "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-                        "python": platform.python_version(), "sglang": sglang.__version__},
+                        "python": platform.python_version(), "sglang": sglang.__version__,
+                        "load_average_1m_before_after": [round(load_before, 2), round(os.getloadavg()[0], 2)]},
             "plugins_installed": PLUGINS, "repeat": args.repeat, "summary": summary,
             "runs": {f"{s}/{m}": rows for (s, m), rows in runs.items()},
         }, indent=1) + "\n")
