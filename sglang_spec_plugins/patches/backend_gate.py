@@ -19,10 +19,10 @@ that do not verify, build exactly as before.
 
 from __future__ import annotations
 
-import ast
 import functools
 import importlib
 import inspect
+import re
 from dataclasses import dataclass
 from typing import Any, Optional, Tuple
 
@@ -51,15 +51,24 @@ class FunctionTarget(Target):
         return _function_source(self.module, self.qualname)
 
 
+_TOP_LEVEL_LINE = re.compile(r"\n[^\s#)\]}]")  # a column-0 line that is not a comment or a closing bracket
+
+
 @functools.lru_cache(maxsize=None)
 def _function_source(module_name: str, name: str) -> Optional[str]:
-    """The source of a top-level function, read from the installed file without importing it."""
+    """The source of a top-level (undecorated) function, cut out of the
+    installed file without importing or parsing it: from its ``def`` to the
+    next top-level line. A column-0 line inside a multi-line string would cut
+    it short, and the plan would then refuse rather than guess."""
     path = source_file(module_name)
     if path is None:
         return None
-    text = path.read_text(encoding="utf-8")
-    node = next((n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef) and n.name == name), None)
-    return None if node is None else ast.get_source_segment(text, node)
+    text = "\n" + path.read_text(encoding="utf-8")
+    start = text.find(f"\ndef {name}(")
+    if start == -1:
+        return None
+    end = _TOP_LEVEL_LINE.search(text, start + 1)
+    return text[start + 1:end.start() if end else len(text)].rstrip() + "\n"
 
 
 def classified_name(backend_str: str, model_runner) -> str:
