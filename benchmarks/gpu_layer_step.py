@@ -404,6 +404,51 @@ def median_ms(fn, iters):
     return times[len(times) // 2]
 
 
+def interleaved(name, layer, gen, max_bs, max_context, args, result, harness):
+    """(a) and (b) timed alternately: a backend for ndt 16 and one for ndt k alive
+    together, their graphs captured, then ``rounds`` rounds of (a) then (b),
+    each a median over ``iters`` steps; a cell's number is the median of its
+    rounds. Removes drift over a run from the a/b comparison."""
+    import pytest
+    import torch
+
+    rounds = 7
+    with pytest.MonkeyPatch.context() as mp, harness._published(mp, NDT, max_bs, name) as server_args:
+        _ARGS.append(server_args)
+        bench_a = Bench(name, NDT, layer, max_bs, max_context, gen)
+        for k in args.widths:
+            with harness._published(mp, k, max_bs, name) as native_args:
+                _ARGS.append(native_args)
+                bench_b = Bench(name, k, layer, max_bs, max_context, gen)
+                for bs in args.batches:
+                    for ctx in args.contexts:
+                        timed = [ctx] * bs
+                        pair = {}
+                        for kind, bench in (("plugin_il", bench_a), ("native_il", bench_b)):
+                            graph, fb, x, (out, attn_out) = bench.capture(bs, k, timed)
+                            bench.replay(graph, fb, timed, k)
+                            torch.cuda.synchronize()
+                            ref, ref_attn = bench.reference(x, fb, k)
+                            pair[kind] = (bench, graph, fb, {"backend": name, "ndt": bench.ndt, "bs": bs, "ctx": ctx,
+                                                             "width": k, "kind": kind, "rel_err": rel_err(out, ref),
+                                                             "attn_rel_err": rel_err(attn_out, ref_attn),
+                                                             "step_rounds": [], "graph_rounds": []})
+                        for _ in range(rounds):
+                            for bench, graph, fb, cell in pair.values():
+                                cell["step_rounds"].append(median_ms(lambda: bench.step(graph, fb), args.iters))
+                                cell["graph_rounds"].append(median_ms(graph.replay, args.iters))
+                        for _, _, _, cell in pair.values():
+                            cell["step_ms"] = sorted(cell["step_rounds"])[rounds // 2]
+                            cell["graph_ms"] = sorted(cell["graph_rounds"])[rounds // 2]
+                            result["cells"].append(cell)
+                            print(json.dumps({k2: v for k2, v in cell.items() if not k2.endswith("rounds")}), flush=True)
+                        pair = None
+                _ARGS.pop()
+                del bench_b
+                torch.cuda.empty_cache()
+        _ARGS.pop()
+
+
 def host_ms(fn, iters: int = 30) -> float:
     """Median host wall time of ``fn`` with the GPU idle before each call."""
     import torch
@@ -475,6 +520,10 @@ def run(args):
     started = time.time()
     import pytest
 
+    if args.interleave:
+        for name in args.backends:
+            interleaved(name, layer, gen, max_bs, max_context, args, result, harness)
+        args.backends = []
     for name in args.backends:
         # ndt 16 twice, first and last: the plugin cells measured again after the native ones show drift.
         for ndt, again in ((NDT, False),) + tuple((w, False) for w in args.widths) + ((NDT, True),):
@@ -542,6 +591,7 @@ def main():
     parser.add_argument("--contexts", type=int, nargs="+", default=list(CONTEXTS))
     parser.add_argument("--widths", type=int, nargs="+", default=list(WIDTHS))
     parser.add_argument("--iters", type=int, default=50)
+    parser.add_argument("--interleave", action="store_true", help="time (a) and (b) alternately (see interleaved)")
     parser.add_argument("--summarize", nargs="+", type=Path, help="print the tables of these result files (no GPU)")
     parser.add_argument("--metric", choices=("step_ms", "graph_ms", "host_metadata_ms"), default="step_ms")
     args = parser.parse_args()
@@ -574,8 +624,8 @@ def summarize(files, metric: str) -> str:
     for r in runs:
         cells = {(c["backend"], c["kind"], c["bs"], c["ctx"], c["width"]): c for c in r["cells"] if "error" not in c}
         for backend in BACKENDS:
-            if not any(k[0] == backend for k in cells):
-                continue
+            if not any(k[0] == backend and k[1] == "plugin" for k in cells):
+                continue  # (an --interleave run has its own cells: see benchmarks/README.md)
             lines += [f"\n**SGLang {r['release']}, {backend}** ({metric}, ms; a = plugin width k at ndt 16, "
                       f"b = native ndt k, c = width 16)\n",
                       "| bs | ctx | " + " | ".join(f"k={k}: a / b / a÷b" for k in WIDTHS) + " | c | "

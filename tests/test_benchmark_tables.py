@@ -8,7 +8,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_layer_step_tables_from_committed_results():
-    results = sorted(str(p) for p in (ROOT / "benchmarks" / "results").glob("layer_step_h200_*.json"))
+    results = sorted(str(p) for p in (ROOT / "benchmarks" / "results").glob("layer_step_h200_0.5.*.json"))
     assert results, "no committed layer-step results"
     for metric in ("step_ms", "graph_ms"):
         out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_layer_step.py"), "--summarize", *results,
