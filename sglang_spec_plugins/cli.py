@@ -278,6 +278,7 @@ def _describe(plugin_set: PluginSet) -> Dict[str, Any]:
         "hooks": hooks,
         "algorithms": {
             name: {**where(offered.plugin), "supports_overlap": offered.spec.supports_overlap,
+                   "verify_shape": offered.spec.verify_shape, "capabilities": dict(offered.spec.capabilities),
                    "settings": config_mod.plain(offered.config.settings)}
             for name, offered in plugin_set.algorithms.items()
         },

@@ -32,11 +32,12 @@ Semantics shared by every per-algorithm hook:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 import pluggy
 
+from .capabilities import check_capabilities
 from .verify_layout import CHAIN, VERIFY_SHAPES
 
 PROJECT_NAME = "sglang_spec_plugins"
@@ -75,6 +76,11 @@ class AlgorithmSpec:
     within the block, as DFLASH and SBD verify) or ``"tree"`` (the worker
     sends its own mask in its verify input, as EAGLE does). See
     :mod:`sglang_spec_plugins.verify_layout` for what each promises.
+
+    ``capabilities``: answers to SGLang's other yes/no questions about the
+    algorithm, by method name (``{"has_draft_kv": False}``); see
+    :data:`sglang_spec_plugins.capabilities.CAPABILITIES` for the names, the
+    release that first asks each and SGLang's default for what is left out.
     """
 
     name: str
@@ -82,11 +88,16 @@ class AlgorithmSpec:
     supports_overlap: bool = False
     validate_server_args: Optional[Callable[[Any], None]] = None
     verify_shape: str = CHAIN
+    capabilities: Mapping[str, bool] = field(default_factory=dict)
 
     def __post_init__(self):
         if self.verify_shape not in VERIFY_SHAPES:
             raise ValueError(f"AlgorithmSpec {self.name!r}: verify_shape must be one of {', '.join(map(repr, VERIFY_SHAPES))}, "
                              f"got {self.verify_shape!r}")
+        try:
+            object.__setattr__(self, "capabilities", check_capabilities(self.capabilities))
+        except ValueError as exc:
+            raise ValueError(f"AlgorithmSpec {self.name!r}: {exc}") from None
 
 
 @hookspec

@@ -13,7 +13,8 @@ neutral answer (no topk, no draft hidden states, a plain FutureMap, ...).
 from __future__ import annotations
 
 import functools
-from typing import Any, Dict, Optional
+from types import MappingProxyType
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 from ..policy import VerifyPolicy
 from ..verify_layout import CHAIN
@@ -80,9 +81,26 @@ def plugin_base_class(probe: EngineProbe) -> type:
     return type("PluginSpecAlgo", (_PolicyMethods, CustomSpecAlgo), borrowed)
 
 
-def spec_class_for(policy: VerifyPolicy, probe: EngineProbe, verify_shape: str = CHAIN) -> type:
+def spec_class_for(policy: VerifyPolicy, probe: EngineProbe, verify_shape: str = CHAIN,
+                   capabilities: Mapping[str, bool] = MappingProxyType({})) -> type:
     """The class to pass as ``spec_class`` when registering ``policy.algorithm``;
-    ``verify_shape`` is the plugin's declared :class:`AlgorithmSpec.verify_shape`."""
+    ``verify_shape`` and ``capabilities`` are the plugin's declared
+    :class:`AlgorithmSpec` fields. A capability the installed release never
+    asks (see :func:`unasked_capabilities`) is left out."""
     base = plugin_base_class(probe)
+    answers = {name: _answer(value) for name, value in capabilities.items() if hasattr(base, name)}
     return type(f"PluginSpecAlgo_{policy.algorithm}", (base,),
-                {"policy": policy, "_widths": policy.width_cache, "verify_shape": verify_shape})
+                {"policy": policy, "_widths": policy.width_cache, "verify_shape": verify_shape, **answers})
+
+
+def unasked_capabilities(capabilities: Mapping[str, bool], probe: EngineProbe) -> Tuple[str, ...]:
+    """The declared capabilities the installed SGLang has no question for."""
+    base = plugin_base_class(probe)
+    return tuple(name for name in capabilities if not hasattr(base, name))
+
+
+def _answer(value: bool):
+    def answer(self) -> bool:
+        return value
+
+    return answer

@@ -7,13 +7,17 @@ error names the algorithm, its plugin and the SGLang release.
 
 from __future__ import annotations
 
+import logging
 from typing import Dict, Iterable, List, Tuple
 
 from ..errors import EngineError
 from ..plugins import OfferedAlgorithm
 from ..policy import VerifyPolicy
-from .algorithm import _PolicyMethods, spec_class_for
+from ..capabilities import CAPABILITIES
+from .algorithm import _PolicyMethods, spec_class_for, unasked_capabilities
 from .probe import EngineProbe
+
+logger = logging.getLogger("sglang_spec_plugins")
 
 
 def registered(name: str):
@@ -54,12 +58,16 @@ def register_all(
                     offered.name,
                     supports_overlap=offered.spec.supports_overlap,
                     validate_server_args=offered.spec.validate_server_args,
-                    spec_class=spec_class_for(policy, probe, offered.spec.verify_shape),
+                    spec_class=spec_class_for(policy, probe, offered.spec.verify_shape, offered.spec.capabilities),
                 )(offered.spec.worker_factory)
             except (TypeError, ValueError) as exc:
                 raise EngineError(
                     f"SGLang {probe.version} refused algorithm {offered.name} (plugin {offered.plugin!r}): {exc}"
                 ) from exc
+            for name in unasked_capabilities(offered.spec.capabilities, probe):
+                logger.warning("sglang-spec-plugins: algorithm %s (plugin %s) declares %s, which SGLang %s does not ask "
+                               "(SGLang %s+): it has no effect", offered.name, offered.plugin, name, probe.version,
+                               CAPABILITIES[name].since)
             done.append(offered.name)
             result[offered.name] = registered(offered.name)
     except BaseException:
