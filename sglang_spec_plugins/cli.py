@@ -116,7 +116,7 @@ def _check(args: argparse.Namespace) -> int:
     problems += sglang["problems"]
     digest = fingerprint(plugin_set, policies, sglang["version"])
     if not args.single_process:
-        problems += _compare_with_fresh_process(args, digest, problems)
+        problems += _compare_with_fresh_process(args, digest, checked, problems)
     data = {"config": plugin_set.config.origin, "ok": not problems, "problems": problems, "notes": list(plugin_set.notes),
             "algorithms": checked, "sglang": {k: v for k, v in sglang.items() if k != "problems"}, "fingerprint": digest}
     if args.json:
@@ -134,9 +134,10 @@ def _check(args: argparse.Namespace) -> int:
     for line in sglang["lines"]:
         print(f"  {line}")
     for name, per_ndt in sglang["backends"].items():
-        for ndt, per_backend in per_ndt.items():
-            for backend, support in per_backend.items():
-                print(f"  {name} at ndt={ndt} on {backend}: {support['verdict']}: {support['reason']}")
+        for ndt, per_worker in per_ndt.items():
+            for worker, per_backend in per_worker.items():
+                for backend, support in per_backend.items():
+                    print(f"  {name} at ndt={ndt}, {worker}, {backend}: {support['verdict']}: {support['reason']}")
     for note in data["notes"]:
         print(f"note: {note}")
     print(f"fingerprint: {digest}")
@@ -146,40 +147,47 @@ def _check(args: argparse.Namespace) -> int:
     return 0 if not problems else 1
 
 
-def _compare_with_fresh_process(args: argparse.Namespace, digest: str, problems: List[str]) -> List[str]:
-    """Run the same check in a new interpreter; a different fingerprint, or
-    other problems, mean some answer depends on the process (as it would
-    between TP ranks)."""
+def _compare_with_fresh_process(args: argparse.Namespace, digest: str, checked: Dict[str, Any], problems: List[str]) -> List[str]:
+    """Run the same check in a new interpreter; another fingerprint, other
+    widths or other problems mean some answer depends on the process (as it
+    would between SGLang's ranks)."""
     argv = [sys.executable, "-m", "sglang_spec_plugins", "check", "--single-process", "--json"]
     argv += [str(args.path)] if args.path is not None else []
     argv += [f"-n{n}" for n in args.num_draft_tokens]
     argv += ["--disable-overlap-schedule"] if args.disable_overlap_schedule else []
     argv += [f"--attention-backend={args.attention_backend}"] if args.attention_backend else []
-    out = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    except subprocess.TimeoutExpired:
+        return ["the same check in a fresh process did not finish in 600 s: a plugin hangs while it is imported or "
+                "asked (run with --single-process to see which)"]
     try:
         other = json.loads(out.stdout)
     except ValueError:
         return [f"the same check in a fresh process failed (exit {out.returncode}): {(out.stderr or out.stdout).strip()[-500:]}"]
+    found = []
     if other.get("fingerprint") != digest:
-        return [f"a fresh process got other answers (fingerprint {other.get('fingerprint')} instead of {digest}): "
-                "some plugin's answers depend on the process; SGLang's ranks would disagree"]
-    return [f"only in a fresh process: {p}" for p in other.get("problems", []) if p not in problems]
+        found.append(f"a fresh process got other answers (fingerprint {other.get('fingerprint')} instead of {digest}): "
+                     "some plugin's answers depend on the process; SGLang's ranks would disagree")
+    for name, entry in checked.items():
+        theirs = other.get("algorithms", {}).get(name, {}).get("widths")
+        if theirs is not None and theirs != entry["widths"]:
+            found.append(f"algorithm {name} (plugin {entry['plugin']}): a fresh process got other widths ({theirs} "
+                         f"instead of {entry['widths']}): its answers depend on the process; SGLang's ranks would disagree")
+    return found + [f"only in a fresh process: {p}" for p in other.get("problems", []) if p not in problems]
 
 
 def _doctor(args: argparse.Namespace) -> int:
     from .engine.probe import probe
 
     found = probe()
-    problems = list(found.problems())
-    plans = {}
-    backends = {}
+    plans, backends, problems = {}, {}, list(found.problems())
     if not problems:
-        from .patches import PATCHES, plan_all
+        from .patches import serving_plans
         from .patches.backend_support import backend_support
 
-        plans = plan_all(PATCHES, found.version)
+        plans, problems = serving_plans(found)
         backends = backend_support(found)
-        problems += [f"patch {name}: {plan.reason}" for name, plan in plans.items() if plan.verdict == "refused"]
     allowed = os.environ.get("SGLANG_PLUGINS", "")
     if allowed.strip() and LOADER_ENTRY_POINT not in {n.strip() for n in allowed.split(",")}:
         problems.append(f"SGLANG_PLUGINS={allowed} leaves out {LOADER_ENTRY_POINT}: SGLang will not start the loader, "

@@ -5,8 +5,11 @@ Ranks must register the same algorithms with the same answers, or their CUDA
 graphs and KV layouts disagree. :func:`fingerprint` digests what decides
 that: this package's version, the SGLang release, every loaded plugin with
 its distribution and version, the plugins.toml settings (not its path), and
-every answer resolved so far. The loader logs it; ``doctor`` and ``check``
-print it. Equal inputs give equal fingerprints in every process.
+the answers known at load (overlap support, verify shape, capabilities,
+draft-may-verify). The loader logs it; ``doctor`` and ``check`` print it,
+and equal inputs give equal fingerprints in every process. Widths depend on
+``speculative_num_draft_tokens`` and are resolved later: the loader logs
+each one as it is resolved, and ``check`` compares them between processes.
 """
 
 from __future__ import annotations
@@ -30,8 +33,9 @@ def fingerprint_data(plugin_set: PluginSet, policies: Mapping[str, Any], sglang_
             name: {
                 "plugin": plugin_set.algorithms[name].plugin,
                 "overlap": plugin_set.algorithms[name].spec.supports_overlap,
+                "verify_shape": plugin_set.algorithms[name].spec.verify_shape,
+                "capabilities": dict(plugin_set.algorithms[name].spec.capabilities),
                 "draft_may_verify": policy.draft_may_verify(),
-                "widths": sorted([ndt, draft, width] for (ndt, draft), width in policy.width_cache.items()),
             }
             for name, policy in sorted(policies.items())
         },

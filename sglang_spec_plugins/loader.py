@@ -78,14 +78,11 @@ def load(environ: Mapping[str, str] = os.environ) -> LoadReport:
     if policies:
         from .engine.probe import probe
         from .engine.registration import register_all
-        from .patches import PATCHES, apply_all, plan_all, revert_all
+        from .patches import PATCHES, apply_all, revert_all, serving_plans
 
         found = probe()
         sglang_version = found.version
-        reasons = list(found.problems())
-        if not reasons:
-            plans = plan_all(PATCHES, found.version)
-            reasons = [f"patch {name}: {plan.reason}" for name, plan in plans.items() if plan.verdict == "refused"]
+        plans, reasons = serving_plans(found)
         if reasons:
             unserved = "; ".join(reasons)
             plans = {}

@@ -22,6 +22,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 from .errors import ConfigError, PluginError
 from .plugins import OfferedAlgorithm, PluginSet
+from .verify_layout import DRAFT_VERIFIES_CHAINS_ONLY, TREE
 
 logger = logging.getLogger("sglang_spec_plugins")
 
@@ -147,6 +148,7 @@ class VerifyPolicy:
         return num_draft_tokens
 
     def _fault(self, message: str) -> PluginError:
+        """A PluginError blaming the owner, naming the algorithm."""
         return self._plugins.error(self.plugin, f"algorithm {self.algorithm}: {message}")
 
     def _owner_answer(self, hook_name: str, call: str, **kwargs: Any) -> Any:
@@ -197,8 +199,10 @@ def build_policies(plugin_set: PluginSet, *, tolerate: bool) -> Tuple[PluginSet,
     while True:
         policies = {name: VerifyPolicy(plugin_set, offered) for name, offered in plugin_set.algorithms.items()}
         try:
-            for policy in policies.values():
-                policy.draft_may_verify()
+            for name, policy in policies.items():
+                if policy.draft_may_verify() and plugin_set.algorithms[name].spec.verify_shape == TREE:
+                    raise policy._fault(f"verify_shape='tree' and sgl_spec_draft_may_verify() returned True, but "
+                                        f"{DRAFT_VERIFIES_CHAINS_ONLY}")
                 policy.check_others_stay_out()
             return plugin_set, policies
         except PluginError as exc:

@@ -9,11 +9,14 @@ The package: ``pyproject.toml`` (the entry point in the group
 
 from __future__ import annotations
 
+import keyword
 import re
+import sys
 from pathlib import Path
 from typing import Dict
 
 from . import __version__
+from .config import RESERVED_ALGORITHM_NAMES
 
 PYPROJECT = '''\
 [build-system]
@@ -162,6 +165,10 @@ def names(name: str) -> Dict[str, str]:
     if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]*", name):
         raise ValueError(f"{name!r} is not a valid package name: start with a letter; letters, digits, - and _ only")
     module = name.replace("-", "_").lower()
+    if keyword.iskeyword(module) or module in sys.stdlib_module_names:
+        raise ValueError(f"{name!r} would make a module named {module!r}, which Python already uses; choose another name")
+    if module.upper() in RESERVED_ALGORITHM_NAMES:
+        raise ValueError(f"{name!r} would make the algorithm {module.upper()!r}, a built-in SGLang algorithm name; choose another name")
     return {"dist": module.replace("_", "-"), "module": module, "algorithm": module.upper()}
 
 
@@ -193,12 +200,13 @@ def write(name: str, parent: Path) -> Path:
 
 def command(args) -> int:
     """``sglang-spec-plugins new NAME [--dir DIR]``."""
-    import sys
-
     try:
         target = write(args.name, args.dir)
     except (ValueError, FileExistsError) as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"error: cannot write the package into {args.dir}: {exc.strerror or exc}", file=sys.stderr)
         return 1
     n = names(args.name)
     print(f"wrote {target} (distribution {n['dist']}, plugin {n['module']}, algorithm {n['algorithm']})")

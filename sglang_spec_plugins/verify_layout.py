@@ -19,9 +19,8 @@ from typing import Callable, Optional, Sequence
 CHAIN = "chain"
 """Verify shape: each request's ``width`` tokens are a linear chain, query
 ``t`` sees the request's prefix and its new tokens ``0..t`` (causal within
-the block), as DFLASH and SBD verify. The worker's verify input needs no mask
-where the backend has a causal path; elsewhere it carries
-:func:`chain_custom_mask`."""
+the block), as DFLASH and SBD verify. The worker's verify input needs no
+mask: the loader captures such an algorithm on each backend's causal path."""
 
 TREE = "tree"
 """Verify shape: the worker's verify input carries its own mask over each
@@ -29,6 +28,10 @@ request's new tokens (a draft tree, as EAGLE verifies); backends read it
 from the verify input at every step, CUDA-graph replays included."""
 
 VERIFY_SHAPES = (CHAIN, TREE)
+
+DRAFT_VERIFIES_CHAINS_ONLY = ("SGLang captures a draft worker's TARGET_VERIFY only as a causal chain; declare "
+                              "verify_shape='chain' or keep TARGET_VERIFY on the target worker")
+"""Why a tree-shaped algorithm whose draft worker verifies is refused."""
 
 
 class VerifyLayoutError(ValueError):
@@ -96,18 +99,6 @@ def packed_causal_mask(width: int) -> list:
         raise VerifyLayoutError(f"a causal mask needs a width >= 1, got {width}")
     words = -(-width // 32) * 2
     return [[(1 << max(0, min(16, r + 1 - 16 * w))) - 1 for w in range(words)] for r in range(width)]
-
-
-def chain_custom_mask(prefix_lengths: Sequence[int], width: int) -> list:
-    """The flat custom mask of a :data:`CHAIN` batch, laid out the way
-    SGLang's verify inputs hand it to flashinfer and triton: per request,
-    ``width`` rows of ``prefix + width`` booleans (row-major, requests back to
-    back), row ``t`` true on the prefix and on new tokens ``0..t``."""
-    out = []
-    for prefix in prefix_lengths:
-        for t in range(width):
-            out.extend([True] * (int(prefix) + t + 1) + [False] * (width - t - 1))
-    return out
 
 
 def _as_list(values, arange):

@@ -102,11 +102,13 @@ def test_check_says_which_attention_backend_refuses_the_width(cpu_env):
     out = run("check", str(ROOT / "plugins.toml"), "-n", "16", "--disable-overlap-schedule", "--attention-backend", "fa3", "--json", env=cpu_env)
     data = json.loads(out.stdout)
     assert out.returncode == 1
-    assert data["sglang"]["backends"]["SBD"]["16"]["fa3"]["verdict"] == "refused"
-    assert data["sglang"]["backends"]["DFLASH_BLOCK"]["16"]["fa3"]["verdict"] == "served"
+    sbd, block = data["sglang"]["backends"]["SBD"]["16"], data["sglang"]["backends"]["DFLASH_BLOCK"]["16"]
+    assert list(sbd) == ["target worker"] and list(block) == ["target worker", "draft worker"]  # DFLASH_BLOCK's draft verifies
+    assert sbd["target worker"]["fa3"]["verdict"] == "refused"
+    assert block["target worker"]["fa3"]["verdict"] == "served"
     assert [p for p in data["problems"] if "--attention-backend" in p] == [
-        "plugin 'sbd' (sglang-spec-example-sbd==0.1.0): algorithm SBD: --attention-backend fa3 at width 8 (chain, ndt 16) on "
-        f"SGLang {data['sglang']['version']} is refused: " + data["sglang"]["backends"]["SBD"]["16"]["fa3"]["reason"]]
+        "plugin 'sbd' (sglang-spec-example-sbd==0.1.0): algorithm SBD: --attention-backend fa3 on the target worker at width 8 "
+        f"(chain, ndt 16) on SGLang {data['sglang']['version']} is refused: " + sbd["target worker"]["fa3"]["reason"]]
 
 
 def test_check_compares_answers_with_a_fresh_process(cpu_env, tmp_path):
@@ -121,8 +123,8 @@ def test_check_compares_answers_with_a_fresh_process(cpu_env, tmp_path):
     cpu_env["PYTHONPATH"] += os.pathsep + str(tmp_path / "site")
     out = run("check", str(cfg), "-n", "4", env=cpu_env)
     assert out.returncode == 1
-    assert "a fresh process got other answers (fingerprint " in out.stderr
-    assert "some plugin's answers depend on the process; SGLang's ranks would disagree" in out.stderr
+    assert ("algorithm RANKED (plugin ranked): a fresh process got other widths ({'4': {'target': 2, 'draft': 2, 'max': 4}} "
+            "instead of {'4': {'target': 1, 'draft': 1, 'max': 4}}): its answers depend on the process") in out.stderr
 
 
 def test_list_json_into_a_closed_pipe_says_nothing(env):
@@ -203,3 +205,20 @@ def test_package_and_list_work_without_sglang(tmp_path):
     assert "SOLO             plugin solo (solo-drafter==1.0)" in out.stdout
     assert "SGLang: not installed" in out.stdout
     assert "RC 0 1" in out.stdout
+
+
+@pytest.mark.parametrize("name, message", [
+    ("eagle", "'eagle' would make the algorithm 'EAGLE', a built-in SGLang algorithm name"),
+    ("import", "'import' would make a module named 'import', which Python already uses"),
+    ("json", "'json' would make a module named 'json', which Python already uses"),
+])
+def test_new_refuses_names_that_cannot_work(env, tmp_path, name, message):
+    out = run("new", name, "--dir", str(tmp_path), env=env)
+    assert out.returncode == 1 and f"error: {message}" in out.stderr
+    assert not (tmp_path / name).exists()
+
+
+def test_new_into_a_directory_it_cannot_write(env):
+    out = run("new", "mydraft", "--dir", "/proc/no-such-dir", env=env)
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert "error: cannot write the package into /proc/no-such-dir: " in out.stderr

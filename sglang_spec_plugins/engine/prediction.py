@@ -24,8 +24,9 @@ def predict(
     attention_backend: Optional[str] = None,
 ) -> Dict[str, Any]:
     """``{"version", "summary", "lines", "problems", "backends"}`` for the
-    installed SGLang. ``backends`` says, per algorithm and ndt, what each
-    attention backend does with its target width and verify shape
+    installed SGLang. ``backends`` says, per algorithm, ndt and worker (the
+    target, and the draft worker where it verifies), what each attention
+    backend does with that width and verify shape
     (``attention_backend`` alone when the operator names one; a refusal of
     that one is a problem)."""
     found = probe()
@@ -34,13 +35,10 @@ def predict(
     problems: List[str] = []
     lines: List[str] = []
     names = ", ".join(policies) or "no algorithm"
-    reasons = list(found.problems())
-    if not reasons:
-        from ..patches import PATCHES, plan_all
+    from ..patches import serving_plans
 
-        plans = plan_all(PATCHES, found.version)
-        reasons = [f"patch {name}: {plan.reason}" for name, plan in plans.items() if plan.verdict == "refused"]
-        lines += [f"patch {name}: {plan.verdict}" for name, plan in plans.items() if plan.verdict == "apply"]
+    plans, reasons = serving_plans(found)
+    lines += [f"patch {name}: {plan.verdict}" for name, plan in plans.items() if plan.verdict == "apply"]
     if reasons:
         if policies:
             problems.append(f"SGLang {found.version} cannot serve {names}: {'; '.join(reasons)}; the loader will register nothing")
@@ -76,16 +74,20 @@ def predict(
                 problems.append(f"{origin}: worker_factory raised {type(exc).__name__}: {exc}")
                 continue
             problems += [f"{origin}: {line}" for line in check_worker(worker, release)]
+        workers = (False, True) if policy.draft_may_verify() else (False,)
         for ndt in ndts:
-            if (ndt, False) not in policy.width_cache:
-                continue  # its width was refused: reported already
-            width, shape = policy.width(ndt, False), offered.spec.verify_shape
-            for backend in [attention_backend] if attention_backend else KNOWN_BACKENDS:
-                support = attention_support(backend, width, ndt, shape)
-                backends.setdefault(name, {}).setdefault(str(ndt), {})[backend] = {"verdict": support.verdict, "reason": support.reason}
-                if attention_backend and support.verdict == REFUSED:
-                    problems.append(f"{origin}: --attention-backend {backend} at width {width} ({shape}, ndt {ndt}) on "
-                                    f"SGLang {found.version} is refused: {support.reason}")
+            for draft in workers:
+                if (ndt, draft) not in policy.width_cache:
+                    continue  # its width was refused: reported already
+                width, shape = policy.width(ndt, draft), offered.spec.verify_shape
+                worker = "draft worker" if draft else "target worker"
+                for backend in [attention_backend] if attention_backend else KNOWN_BACKENDS:
+                    support = attention_support(backend, width, ndt, shape, is_draft_worker=draft)
+                    backends.setdefault(name, {}).setdefault(str(ndt), {}).setdefault(worker, {})[backend] = {
+                        "verdict": support.verdict, "reason": support.reason}
+                    if attention_backend and support.verdict == REFUSED:
+                        problems.append(f"{origin}: --attention-backend {backend} on the {worker} at width {width} "
+                                        f"({shape}, ndt {ndt}) on SGLang {found.version} is refused: {support.reason}")
     return {"version": found.version, "summary": f"{found.version}: can serve plugin algorithms", "lines": lines,
             "problems": sorted(set(problems), key=problems.index), "backends": backends}
 

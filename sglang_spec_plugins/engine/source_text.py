@@ -36,6 +36,23 @@ def _text(path: Path) -> str:
     return "\n" + path.read_text(encoding="utf-8")
 
 
+_TOP_LEVEL_CODE = re.compile(r"\n[^\s#)\]}]")  # a column-0 line that is not a comment or a closing bracket
+
+
+def function_in_file(path: Path, name: str) -> Optional[str]:
+    """The source of the top-level (undecorated) function ``name`` in ``path``:
+    from its ``def`` to the next column-0 line that is not a comment or a
+    closing bracket; None if absent. A column-0 line inside a multi-line
+    string would cut it short, and a plan reading it would then refuse
+    rather than guess."""
+    text = _text(path)
+    start = text.find(f"\ndef {name}(")
+    if start == -1:
+        return None
+    end = _TOP_LEVEL_CODE.search(text, start + 1)
+    return text[start + 1:end.start() if end else len(text)].rstrip() + "\n"
+
+
 def method_in_file(path: Path, qualname: str) -> Optional[str]:
     """The dedented source of ``Class.method`` defined directly in a top-level
     class of the file at ``path``; None when there is no such method."""

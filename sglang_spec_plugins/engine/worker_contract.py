@@ -102,14 +102,16 @@ def check_worker(worker_cls: object, found: WorkerContract) -> List[str]:
     forward = getattr(worker_cls, FORWARD, None)
     if callable(forward):
         try:
-            bound = inspect.signature(forward)
-            bound.bind(None, None, **{name: None for name in found.forward_keywords})
+            signature = inspect.signature(forward)
+        except (TypeError, ValueError):  # no signature to read (a builtin, an odd callable): nothing to check
+            signature = None
+        try:
+            if signature is not None:
+                signature.bind(None, None, **{name: None for name in found.forward_keywords})
         except TypeError as exc:
             keywords = "".join(f", {k}=..." for k in found.forward_keywords)
-            problems.append(f"{worker_cls.__name__}.{FORWARD}{bound} cannot take what {where} passes, "
+            problems.append(f"{worker_cls.__name__}.{FORWARD}{signature} cannot take what {where} passes, "
                             f"(batch{keywords}): {exc}")
-        except ValueError:
-            pass
     abstract = sorted(getattr(worker_cls, "__abstractmethods__", ()) or ())
     if abstract:
         problems.append(f"{worker_cls.__name__} leaves abstract {', '.join(abstract)}; {where} cannot instantiate it")
@@ -236,12 +238,13 @@ def _speculative_branch(value: ast.expr) -> ast.expr:
     return value.body if not (isinstance(value.body, ast.Dict) and not value.body.keys) else value.orelse
 
 
-def _scheduler_modules() -> List[ast.Module]:
+@functools.lru_cache(maxsize=None)
+def _scheduler_modules() -> Tuple[ast.Module, ...]:
     """The scheduler and every module of its package (its mixins live there)."""
     path = source_file(SCHEDULER)
     if path is None:
-        return []
-    return [ast.parse(p.read_text(encoding="utf-8")) for p in sorted(path.parent.rglob("*.py"))]
+        return ()
+    return tuple(ast.parse(p.read_text(encoding="utf-8")) for p in sorted(path.parent.rglob("*.py")))
 
 
 def _draft_worker_reads() -> set:

@@ -12,4 +12,18 @@ from .unit import Plan, apply_all, plan_all, revert_all
 PATCHES = (runners.PATCHES + capture_input.PATCHES + trtllm_mha.PATCHES + aiter.PATCHES + backend_support.PATCHES
            + backend_gate.PATCHES)
 
-__all__ = ["PATCHES", "Plan", "apply_all", "plan_all", "revert_all"]
+
+
+def serving_plans(found) -> tuple:
+    """``(plans, reasons)`` for the SGLang ``found`` describes (an
+    :class:`~sglang_spec_plugins.engine.probe.EngineProbe`): every patch's plan,
+    and why plugin algorithms cannot be served there (the probe's problems,
+    else each refused plan); ``reasons`` empty means they can."""
+    reasons = [*found.problems()]
+    if reasons:
+        return {}, reasons
+    plans = plan_all(PATCHES, found.version)
+    return plans, [f"patch {name}: {plan.reason}" for name, plan in plans.items() if plan.verdict == "refused"]
+
+
+__all__ = ["PATCHES", "Plan", "apply_all", "plan_all", "revert_all", "serving_plans"]

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, Tuple
 
 from ..engine.probe import source_file
+from ..engine.source_text import function_in_file
 from ..errors import EngineError
 from .backend_support import REFUSED, attention_support, configured_ndt, refusal, verifying_policy
 from .unit import Target, WrapPatch
@@ -51,24 +52,9 @@ class FunctionTarget(Target):
         return _function_source(self.module, self.qualname)
 
 
-_TOP_LEVEL_LINE = re.compile(r"\n[^\s#)\]}]")  # a column-0 line that is not a comment or a closing bracket
-
-
-@functools.lru_cache(maxsize=None)
 def _function_source(module_name: str, name: str) -> Optional[str]:
-    """The source of a top-level (undecorated) function, cut out of the
-    installed file without importing or parsing it: from its ``def`` to the
-    next top-level line. A column-0 line inside a multi-line string would cut
-    it short, and the plan would then refuse rather than guess."""
     path = source_file(module_name)
-    if path is None:
-        return None
-    text = "\n" + path.read_text(encoding="utf-8")
-    start = text.find(f"\ndef {name}(")
-    if start == -1:
-        return None
-    end = _TOP_LEVEL_LINE.search(text, start + 1)
-    return text[start + 1:end.start() if end else len(text)].rstrip() + "\n"
+    return None if path is None else function_in_file(path, name)
 
 
 def classified_name(backend_str: str, model_runner) -> str:
@@ -93,7 +79,13 @@ def check(backend_str: str, model_runner) -> None:
         raise EngineError(refusal(policy, is_draft, width, ndt, name, support.reason, shape))
 
 
+_PARAMETERS = re.compile(r"def \w+\(\s*(\*\s*,\s*)?(self|model_runner)\b[^)]*\bbackend_str\b")
+"""The parameters the wrapper reads: the runner (or ``self``) first, then ``backend_str``."""
+
+
 def _condition(source: str) -> Tuple[str, str]:
+    if not _PARAMETERS.match(source):
+        return "refused", "unknown shape: the function does not take (model_runner or self, backend_str, ...) first"
     if "ATTENTION_BACKENDS[backend_str](" in source:
         return "apply", "builds every attention backend from the registry: refuse, before the factory runs, a plugin " \
                         "algorithm the backend would not verify right"

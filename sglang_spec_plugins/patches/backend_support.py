@@ -32,7 +32,7 @@ from typing import Dict, FrozenSet, Optional
 from ..engine.algorithm import policy_of
 from ..engine.probe import EngineProbe, installed_version
 from ..errors import EngineError
-from ..verify_layout import CHAIN, TREE
+from ..verify_layout import CHAIN, DRAFT_VERIFIES_CHAINS_ONLY, TREE
 from .source_edit import source_of
 from .unit import Target, WrapPatch
 
@@ -213,8 +213,7 @@ def attention_support(backend: str, width: int, ndt: int, verify_shape: str = CH
     if graph.verdict == "refused":
         return Support(REFUSED, f"cannot be captured with a plugin verify input: {graph.reason}")
     if verify_shape == TREE and is_draft_worker:
-        return Support(REFUSED, "cannot verify a tree on the draft worker: SGLang captures a draft worker's "
-                                "TARGET_VERIFY only as a causal chain")
+        return Support(REFUSED, f"cannot verify a tree on the draft worker: {DRAFT_VERIFIES_CHAINS_ONLY}")
     capture = "the CUDA-graph capture gets the verify input of the declared shape (capture_input)"
     if backend == "flashinfer":
         return Support(PATCHED, f"lays TARGET_VERIFY out from the verify input at every step; {capture}, "

@@ -28,7 +28,7 @@ from typing import Tuple
 
 from ..engine.algorithm import policy_of
 from ..errors import EngineError
-from ..verify_layout import CHAIN, TREE
+from ..verify_layout import CHAIN, DRAFT_VERIFIES_CHAINS_ONLY, TREE
 from .unit import Target, WrapPatch
 
 _BUILT_IN_OF_SHAPE = {CHAIN: "DFLASH", TREE: "EAGLE"}
@@ -87,8 +87,7 @@ def built_in_of(algorithm, is_draft_worker: bool):
     if shape == TREE and is_draft_worker:
         policy = policy_of(algorithm)
         raise EngineError(f"algorithm {policy.algorithm} (plugin {policy.plugin!r}) declares verify_shape='tree' and "
-                          "lets its draft worker verify, but SGLang captures a draft worker's TARGET_VERIFY only as "
-                          "a causal chain; declare verify_shape='chain' or keep TARGET_VERIFY on the target worker")
+                          f"lets its draft worker verify, but {DRAFT_VERIFIES_CHAINS_ONLY}")
     return getattr(SpeculativeAlgorithm, _BUILT_IN_OF_SHAPE[shape])
 
 

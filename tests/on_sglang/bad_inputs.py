@@ -186,6 +186,8 @@ CASES = [
          {"bad": with_hook(offers(), "@hookimpl\ndef sgl_spec_draft_may_verify(algorithm):\n    return 'yes' if algorithm == 'BAD' else None\n")}),
     Case("wrong-case comparison", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: sgl_spec_draft_may_verify\(\) returned None for its own algorithm BAD; hooks receive the name upper case", BAD,
          {"bad": with_hook(offers("bad"), "@hookimpl\ndef sgl_spec_draft_may_verify(algorithm):\n    return True if algorithm == 'bad' else None\n")}),
+    Case("tree verified by the draft worker", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: verify_shape='tree' and sgl_spec_draft_may_verify\(\) returned True, but SGLang captures a draft worker's TARGET_VERIFY only as a causal chain", BAD,
+         {"bad": with_hook(offers("BAD", ", verify_shape='tree'"), "@hookimpl\ndef sgl_spec_draft_may_verify(algorithm):\n    return True if algorithm == 'BAD' else None\n")}),
     Case("answers for every algorithm", r"plugin 'bad' \(bad-drafter==1.0\): sgl_spec_draft_may_verify answered True for algorithm SBD, which plugin 'sbd' owns", BAD,
          {"bad": with_hook(offers(), "@hookimpl\ndef sgl_spec_draft_may_verify():\n    return True\n")}),
     Case("width for others", r"plugin 'bad' \(bad-drafter==1.0\): sgl_spec_verify_width answered 2 for algorithm SBD, which plugin 'sbd' owns", BAD,

@@ -53,14 +53,14 @@ draft = {draft}
 [algorithms.CAP_TREE]
 max_tokens_per_req = {max_width}
 width = {width}
-draft = {draft}
+draft = false  # a tree verified by the draft worker is refused at load (see bad_inputs)
 """
 
 
 @pytest.fixture
 def plugin(site, sglang_loaded):
     """``plugin(shape, width, draft=False)``: the plugin algorithm of that verify
-    shape (its draft worker verifies if ``draft``), loaded through SGLang."""
+    shape (CAP_CHAIN's draft worker verifies if ``draft``), loaded through SGLang."""
     site.add("cap-drafter", {"cap": "cap_mod"}, {"cap_mod": PLUGIN})
 
     def load(shape: str, width: int, draft: bool = False):

@@ -117,3 +117,15 @@ def test_misfits_are_named():
         assert any("Plain.forward_batch_generation" in p for p in problems)
     assert check_worker(lambda **kw: None, found)[0].startswith("the worker factory returned")
     assert inspect.isclass(worker_base())
+
+
+def test_a_forward_without_a_signature_is_not_a_crash():
+    """A callable whose signature cannot be read is not checked further; the check returns, never raises."""
+
+    class Odd:
+        __call__ = 3  # callable() says yes; inspect.signature cannot read it
+
+    class OddForward(worker_base()):
+        forward_batch_generation = Odd()
+
+    assert check_worker(OddForward, contract()) == []
