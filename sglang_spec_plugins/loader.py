@@ -89,7 +89,7 @@ def load(environ: Mapping[str, str] = os.environ) -> LoadReport:
             logger.error("sglang-spec-plugins: not serving %s: %s; nothing registered or patched, built-in algorithms unchanged",
                          ", ".join(policies), unserved)
         else:
-            plans = apply_all(PATCHES, found.version)
+            plans = apply_all(PATCHES, found.version, plans)
             try:
                 registered = register_all(((plugin_set.algorithms[n], p) for n, p in policies.items()), found)
             except BaseException:

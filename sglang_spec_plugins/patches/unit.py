@@ -89,13 +89,13 @@ class MethodPatch:
         """The function to install instead of ``func`` (``payload`` from the plan)."""
         raise NotImplementedError
 
-    def apply(self, release: Optional[str]) -> Plan:
+    def apply(self, release: Optional[str], plan: Optional[Plan] = None) -> Plan:
         """Apply if the plan says so; return the plan. Raises EngineError if refused.
 
         A target whose module is not imported yet is patched right after its
         first import (see :mod:`.on_import`), so applying imports nothing.
         """
-        plan = self.plan(release)
+        plan = plan or self.plan(release)
         if self.applied or plan.verdict == "not needed":
             return plan
         if plan.verdict == "refused":
@@ -184,13 +184,15 @@ def plan_all(patches: Sequence[MethodPatch], release: Optional[str]) -> Dict[str
     return {patch.name: patch.plan(release) for patch in patches}
 
 
-def apply_all(patches: Sequence[MethodPatch], release: Optional[str]) -> Dict[str, Plan]:
-    """Apply every patch or none.
+def apply_all(patches: Sequence[MethodPatch], release: Optional[str],
+              plans: Optional[Dict[str, Plan]] = None) -> Dict[str, Plan]:
+    """Apply every patch or none (``plans``: :func:`plan_all`'s result, when
+    the caller has it already).
 
     Refusals are found before anything is touched and reported together; a
     failure while applying reverts the patches applied by this call.
     """
-    plans = plan_all(patches, release)
+    plans = plans if plans is not None else plan_all(patches, release)
     refused = [f"patch {name}: {plan.reason}" for name, plan in plans.items() if plan.verdict == "refused"]
     if refused:
         raise EngineError("; ".join(refused))
@@ -198,7 +200,7 @@ def apply_all(patches: Sequence[MethodPatch], release: Optional[str]) -> Dict[st
     try:
         for patch in patches:
             if not patch.applied:
-                patch.apply(release)
+                patch.apply(release, plans[patch.name])
                 if patch.applied:
                     done.append(patch)
     except BaseException:
