@@ -56,3 +56,18 @@ class StartupRefused(SystemExit):
     def __init__(self, cause: BaseException):
         self.cause = cause
         super().__init__(f"sglang-spec-plugins refused to start: {cause}")
+
+
+def type_name(value: Any) -> str:
+    """How a message names ``value``'s type: ``float``, ``numpy.ndarray``."""
+    kind = type(value)
+    return kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+
+
+def describe_exception(exc: BaseException) -> str:
+    """How a message names an exception a plugin raised."""
+    if isinstance(exc, SystemExit):
+        return f"SystemExit (it called sys.exit({exc.code!r}))"
+    if not isinstance(exc, Exception):  # e.g. pytest.skip(allow_module_level=True) outside pytest
+        return f"{type_name(exc)}: {exc} (a BaseException that is not an Exception)"
+    return f"{type(exc).__name__}: {exc}"

@@ -26,7 +26,7 @@ import pluggy
 from . import config as config_mod
 from . import hookspecs
 from .config import RESERVED_ALGORITHM_NAMES, AlgorithmConfig, Config, valid_algorithm_name
-from .errors import ConfigError, PluginError
+from .errors import ConfigError, PluginError, describe_exception
 
 ENTRY_POINT_GROUP = hookspecs.PROJECT_NAME
 ALLOW_ENV = "SGLANG_SPEC_PLUGINS"
@@ -125,7 +125,8 @@ class PluginSet:
 
         The policy uses this instead of ``firstresult`` so that an answer can
         be traced to, and blamed on, the plugin that gave it. An exception in
-        a hookimpl (``SystemExit`` included) becomes a PluginError naming that
+        a hookimpl (any ``BaseException`` but ``KeyboardInterrupt``: ``SystemExit``,
+        ``pytest.skip``'s ``Skipped``, ...) becomes a PluginError naming that
         plugin, and ``call`` (how messages name the call; default the hook's
         name). ``exclude`` names a plugin not to ask.
         """
@@ -135,8 +136,10 @@ class PluginSet:
                 continue
             try:
                 answer = impl.function(*[kwargs[arg] for arg in impl.argnames])
-            except (Exception, SystemExit) as exc:
-                raise self.error(impl.plugin_name, f"{call or 'hook ' + hook_name} raised {_describe_exception(exc)}") from exc
+            except KeyboardInterrupt:
+                raise
+            except BaseException as exc:
+                raise self.error(impl.plugin_name, f"{call or 'hook ' + hook_name} raised {describe_exception(exc)}") from exc
             found[impl.plugin_name] = answer
         return found
 
@@ -262,8 +265,10 @@ def _load_one(pm: pluggy.PluginManager, name: str, eps: Sequence[metadata.EntryP
     label = f"{dist.name}=={dist.version}" if dist else None
     try:
         plugin = ep.load()
-    except (Exception, SystemExit) as exc:
-        raise PluginError(name, f"cannot import {ep.value}: {_describe_exception(exc)}", label) from exc
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:
+        raise PluginError(name, f"cannot import {ep.value}: {describe_exception(exc)}", label) from exc
     try:
         pm.register(plugin, name=name)
         pm.check_pending()
@@ -289,19 +294,15 @@ def _load_one(pm: pluggy.PluginManager, name: str, eps: Sequence[metadata.EntryP
             continue
         try:
             result = impl.function()
-        except (Exception, SystemExit) as exc:
-            raise PluginError(name, f"sgl_spec_algorithms raised {_describe_exception(exc)}", label) from exc
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:
+            raise PluginError(name, f"sgl_spec_algorithms raised {describe_exception(exc)}", label) from exc
         specs.extend(_check_specs(name, result, label))
     return info, specs
 
 
 _HOOK_NAMES = tuple(sorted(n for n in vars(hookspecs) if n.startswith("sgl_spec_")))
-
-
-def _describe_exception(exc: BaseException) -> str:
-    if isinstance(exc, SystemExit):
-        return f"SystemExit (it called sys.exit({exc.code!r}))"
-    return f"{type(exc).__name__}: {exc}"
 
 
 def _check_specs(plugin: str, result: Any, label: Optional[str]) -> List[hookspecs.AlgorithmSpec]:

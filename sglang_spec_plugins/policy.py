@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Dict, Mapping, Optional, Tuple
 
-from .errors import ConfigError, PluginError
+from .errors import ConfigError, PluginError, type_name
 from .plugins import OfferedAlgorithm, PluginSet
 from .verify_layout import DRAFT_VERIFIES_CHAINS_ONLY, TREE
 
@@ -72,15 +72,16 @@ class VerifyPolicy:
         except KeyError:
             pass
         ndt = self._check_ndt(num_draft_tokens)
+        limit = self.max_width(ndt)
         call = f"sgl_spec_verify_width(num_draft_tokens={ndt}, is_draft_worker={bool(is_draft_worker)})"
+        must = f"it must be an int from 1 to the maximum width {limit}"
         answer = self._owner_answer(
-            "sgl_spec_verify_width", call,
+            "sgl_spec_verify_width", call, int, must,
             algorithm=self.algorithm, num_draft_tokens=ndt, is_draft_worker=bool(is_draft_worker),
         )
         width = ndt if answer is None else answer
-        limit = self.max_width(ndt)
-        if not _is_int(width) or not 1 <= width <= limit:
-            raise self._fault(f"{call} returned {width!r}; it must be an int from 1 to the maximum width {limit}")
+        if not 1 <= width <= limit:
+            raise self._fault(f"{call} returned {width!r}; {must}")
         self._widths[(num_draft_tokens, is_draft_worker)] = width
         logger.info("sglang-spec-plugins: algorithm %s (plugin %s): %s = %d", self.algorithm, self.plugin, call, width)
         return width
@@ -96,11 +97,12 @@ class VerifyPolicy:
         if self.ceiling is not None and self.ceiling < ndt:
             raise ConfigError([f"{where} is below speculative_num_draft_tokens={ndt}; raise it to at least {ndt}"])
         call = f"sgl_spec_max_verify_width(num_draft_tokens={ndt})"
-        answer = self._owner_answer("sgl_spec_max_verify_width", call, algorithm=self.algorithm, num_draft_tokens=ndt)
+        must = f"the maximum width must be an int >= num_draft_tokens={ndt}"
+        answer = self._owner_answer("sgl_spec_max_verify_width", call, int, must, algorithm=self.algorithm, num_draft_tokens=ndt)
         if answer is None:
             answer = self.ceiling if self.ceiling is not None else ndt
-        elif not _is_int(answer) or answer < ndt:
-            raise self._fault(f"{call} returned {answer!r}; the maximum width must be an int >= num_draft_tokens={ndt}")
+        elif answer < ndt:
+            raise self._fault(f"{call} returned {answer!r}; {must}")
         elif self.ceiling is not None and answer > self.ceiling:
             raise self._fault(f"{call} returned {answer}, above {where}")
         elif self.ceiling is None and answer > max(ndt, UNCAPPED_MAX_WIDTH):
@@ -115,9 +117,7 @@ class VerifyPolicy:
         """Whether the drafter's own worker may run TARGET_VERIFY."""
         if self._draft_may_verify is None:
             call = "sgl_spec_draft_may_verify()"
-            answer = self._owner_answer("sgl_spec_draft_may_verify", call, algorithm=self.algorithm)
-            if answer is not None and not isinstance(answer, bool):
-                raise self._fault(f"{call} returned {answer!r}; it must be a bool")
+            answer = self._owner_answer("sgl_spec_draft_may_verify", call, bool, "it must be a bool", algorithm=self.algorithm)
             self._draft_may_verify = bool(answer)
         return self._draft_may_verify
 
@@ -151,14 +151,26 @@ class VerifyPolicy:
         """A PluginError blaming the owner, naming the algorithm."""
         return self._plugins.error(self.plugin, f"algorithm {self.algorithm}: {message}")
 
-    def _owner_answer(self, hook_name: str, call: str, **kwargs: Any) -> Any:
-        """The owner's answer (None: it has no implementation), asked twice."""
+    def _owner_answer(self, hook_name: str, call: str, kind: type, must: str, **kwargs: Any) -> Any:
+        """The owner's answer (None: it has no implementation), asked twice.
+
+        Each answer must be None or exactly of type ``kind`` (``must`` says
+        what else is required) before the two are compared: a NaN, an array
+        or an object with its own ``__eq__`` is refused as what it is, not as
+        impure, and nothing a plugin returns is compared by its own code."""
         first = self._ask(hook_name, call, kwargs)
+        self._check_kind(call, first, kind, must)
         again = self._ask(hook_name, call, kwargs)
-        if first != again or type(first) is not type(again):
+        self._check_kind(call, again, kind, must)
+        if first != again:
             raise self._fault(f"{call} answered {first!r}, then {again!r} for the same arguments; answers must be pure "
                               "(SGLang asks in every process and captures CUDA graphs per width)")
         return first
+
+    def _check_kind(self, call: str, answer: Any, kind: type, must: str) -> None:
+        if answer is not None and type(answer) is not kind:
+            raise self._fault(f"{call} returned {_show(answer)}, a {type_name(answer)}, not {'an' if kind is int else 'a'} "
+                              f"{kind.__name__}; {must}")
 
     def _ask(self, hook_name: str, call: str, kwargs: Mapping[str, Any]) -> Any:
         answers = self._plugins.answers(hook_name, call=f"algorithm {self.algorithm}: {call}", settings=self.settings, **kwargs)
@@ -183,6 +195,14 @@ class VerifyPolicy:
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _show(value: Any) -> str:
+    """``repr(value)``, or a placeholder when the plugin's ``__repr__`` raises."""
+    try:
+        return repr(value)
+    except Exception:
+        return f"<{type_name(value)} object>"
 
 
 

@@ -53,13 +53,13 @@ def test_answers_are_cached_per_argument_tuple(site, write_toml):
     [
         ({"width": "0"}, "", r"sgl_spec_verify_width\(num_draft_tokens=8, is_draft_worker=False\) returned 0; it must be an int from 1 to the maximum width 8"),
         ({"width": "9"}, "", r"returned 9; it must be an int from 1 to the maximum width 8"),
-        ({"width": "4.0"}, "", r"returned 4.0; it must be an int"),
-        ({"width": "True"}, "", r"returned True; it must be an int"),
+        ({"width": "4.0"}, "", r"returned 4.0, a float, not an int; it must be an int from 1 to the maximum width 8"),
+        ({"width": "True"}, "", r"returned True, a bool, not an int; it must be an int"),
         ({"width": "17"}, "[algorithms.ALGO]\nmax_tokens_per_req = 16\n", r"returned 17; .* maximum width 16"),
         ({"max_width": "4"}, "", r"sgl_spec_max_verify_width\(num_draft_tokens=8\) returned 4; the maximum width must be an int >= num_draft_tokens=8"),
         ({"max_width": "32"}, "[algorithms.ALGO]\nmax_tokens_per_req = 16\n", r"sgl_spec_max_verify_width\(num_draft_tokens=8\) returned 32, above \[algorithms.ALGO\] max_tokens_per_req = 16 in .*plugins.toml"),
         ({"max_width": "65"}, "", r"returned 65, above 64, the most allowed without a cap; an operator allows it with \[algorithms.ALGO\] max_tokens_per_req"),
-        ({"width": "'4'"}, "", r"returned '4'; it must be an int"),
+        ({"width": "'4'"}, "", r"returned '4', a str, not an int; it must be an int"),
         ({"width": "None"}, "", r"sgl_spec_verify_width\(num_draft_tokens=8, is_draft_worker=False\) returned None for its own algorithm ALGO; hooks receive the name upper case"),
         ({"width": "__import__('random').randint(1, 10**9)"}, "[algorithms.ALGO]\nmax_tokens_per_req = 1000000000\n", r"answered \d+, then \d+ for the same arguments; answers must be pure"),
         ({"width": "4 if is_draft_worker else 2", "max_width": "num_draft_tokens // 2"}, "", r"returned 4; the maximum width must be an int >= num_draft_tokens=8"),
@@ -84,7 +84,7 @@ def test_a_cap_below_num_draft_tokens_is_the_files_fault(site, write_toml):
 
 def test_draft_answer_must_be_bool(site, write_toml):
     policy = policy_for(site, write_toml, draft="'yes'")
-    with pytest.raises(PluginError, match=r"sgl_spec_draft_may_verify\(\) returned 'yes'; it must be a bool"):
+    with pytest.raises(PluginError, match=r"sgl_spec_draft_may_verify\(\) returned 'yes', a str, not a bool; it must be a bool"):
         policy.draft_may_verify()
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+from ..errors import describe_exception
 from ..plugins import PluginSet
 from .probe import probe
 
@@ -66,12 +67,16 @@ def predict(
             if ndt is not None and offered.spec.validate_server_args is not None:
                 try:
                     offered.spec.validate_server_args(args)
-                except Exception as exc:  # SGLang stops on any exception from the validator
-                    problems.append(f"{origin}: validate_server_args refused --speculative-num-draft-tokens {ndt}: {type(exc).__name__}: {exc}")
+                except KeyboardInterrupt:
+                    raise
+                except BaseException as exc:  # SGLang stops on any exception from the validator
+                    problems.append(f"{origin}: validate_server_args refused --speculative-num-draft-tokens {ndt}: {describe_exception(exc)}")
             try:
                 worker = offered.spec.worker_factory(args)
-            except Exception as exc:
-                problems.append(f"{origin}: worker_factory raised {type(exc).__name__}: {exc}")
+            except KeyboardInterrupt:
+                raise
+            except BaseException as exc:
+                problems.append(f"{origin}: worker_factory raised {describe_exception(exc)}")
                 continue
             problems += [f"{origin}: {line}" for line in check_worker(worker, release)]
         workers = (False, True) if policy.draft_may_verify() else (False,)

@@ -95,6 +95,28 @@ def test_in_a_fresh_sglang_process(case, site, tmp_path):
     assert "SBD" not in out.stdout and "REGISTERED" in out.stdout
 
 
+CLI_CASES = ["pytest.skip at import", "BaseException from algorithms", "BaseException from the draft hook"]
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.id in CLI_CASES], ids=CLI_CASES)
+@pytest.mark.parametrize("command", ["list", "check"])
+def test_cli_reports_it_without_a_traceback(case, command, site, tmp_path):
+    """``list`` and ``check`` as an operator runs them: exit 1, the message, no
+    traceback (``list`` asks no per-algorithm hook, so only the load faults)."""
+    import os
+
+    if command == "list" and "hook" in case.id:
+        pytest.skip("list does not ask per-algorithm hooks")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_SPEC_PLUGINS")}
+    env.update(prepare(case, tmp_path, site))
+    env["PYTHONPATH"] = os.pathsep.join([str(site.path)] + sys.path)
+    argv = [sys.executable, "-m", "sglang_spec_plugins", command] + (["--single-process"] if command == "check" else [])
+    out = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert re.search(expected(case, tmp_path), out.stderr), out.stderr
+    assert "Traceback" not in out.stdout + out.stderr
+
+
 # --- on_error = "skip": exactly the faulty plugin goes, all of it ---
 
 SKIP_CASES = {
@@ -102,6 +124,8 @@ SKIP_CASES = {
     "draft hook answers for every algorithm": with_hook(offers(), "@hookimpl\ndef sgl_spec_draft_may_verify():\n    return True\n"),
     "width hook raises for other algorithms": with_hook(offers(), "@hookimpl\ndef sgl_spec_verify_width(algorithm):\n    return {'BAD': 4}[algorithm]\n"),
     "exits at import": "import sys\nsys.exit(3)\n",
+    "pytest.skip at import": "import pytest\npytest.skip('needs a GPU', allow_module_level=True)\n",
+    "BaseException from a hook": with_hook(offers(), "class Stop(BaseException):\n    pass\n@hookimpl\ndef sgl_spec_draft_may_verify(algorithm):\n    raise Stop('x')\n"),
     "wrapper": with_hook(offers(), "@hookimpl(wrapper=True)\ndef sgl_spec_verify_width():\n    return (yield)\n"),
 }
 
