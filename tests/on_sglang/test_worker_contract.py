@@ -85,7 +85,7 @@ def test_worker_base_fits_and_instantiates_with_the_releases_keywords():
     assert check_worker(_Fits, found) == []
     target = SimpleNamespace(model_runner=None)
     worker = _Fits(**{name: target if name == "target_worker" else None for name in found.constructor_kwargs})
-    assert worker.target_worker is target and worker.draft_worker is None
+    assert worker.target_worker is target and worker.draft_worker.draft_runner.token_to_kv_pool is None
     assert set(worker.release_kwargs) == set(found.constructor_kwargs) - {"server_args", "target_worker"}
 
 
