@@ -94,8 +94,8 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    if args.path is not None and not args.path.is_file():
-        raise config_mod.ConfigError([f"{args.path}: no such file" if not args.path.exists() else f"{args.path}: not a regular file"])
+    if args.path is not None:
+        config_mod.regular_file(args.path, str(args.path), missing_ok=False)
     plugin_set = discover_configured(args.path, collect=True)
     plugin_set, policies = build_policies(plugin_set, tolerate=True)
     problems: List[str] = [f.message for f in plugin_set.failures]

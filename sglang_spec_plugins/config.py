@@ -16,6 +16,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import stat
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -140,27 +141,41 @@ def locate(cwd: Optional[Path] = None, environ: Mapping[str, str] = os.environ) 
     """
     named = environ.get(CONFIG_ENV)
     if named:
-        return _regular_file(Path(named), f"{CONFIG_ENV}={named}", missing_ok=False)
+        return regular_file(Path(named), f"{CONFIG_ENV}={named}", missing_ok=False)
     try:
         local = (cwd or Path.cwd()) / DEFAULT_FILENAME
     except OSError as exc:
         raise ConfigError([f"./{DEFAULT_FILENAME}: cannot resolve the working directory: {_os_reason(exc)}"]) from None
-    return _regular_file(local, str(local), missing_ok=True)
+    return regular_file(local, str(local), missing_ok=True)
 
 
-def _regular_file(path: Path, what: str, missing_ok: bool) -> Optional[Path]:
+def regular_file(path: Path, what: str, missing_ok: bool) -> Optional[Path]:
+    """``path`` if it is (or links to) a regular file; None if it is missing
+    and ``missing_ok``; otherwise a ConfigError saying what it is instead,
+    named by ``what``. Nothing is opened, so a FIFO is never read."""
     try:
         if path.is_file():
             return path
-        if path.is_symlink():
-            raise ConfigError([f"{what}: a symlink to {os.readlink(path)!r}, which does not exist"])
+        link = f"a symlink to {os.readlink(path)!r}, which " if path.is_symlink() else ""
         if path.exists():
-            raise ConfigError([f"{what}: not a regular file (a directory or a device); plugins.toml must be a file"])
+            kind = _file_kind(path.stat().st_mode)
+            raise ConfigError([f"{what}: {link + 'is' if link else 'not a regular file:'} {kind}; plugins.toml must be a regular file"])
+        if link:
+            raise ConfigError([f"{what}: {link}does not exist"])
     except OSError as exc:
         raise ConfigError([f"{what}: cannot be read: {_os_reason(exc)}"]) from None
     if missing_ok:
         return None
     raise ConfigError([f"{what}: no such file"])
+
+
+def _file_kind(mode: int) -> str:
+    """What a non-regular file is, for messages."""
+    for test, kind in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return kind
+    return "a file of another kind"
 
 
 def _os_reason(exc: OSError) -> str:

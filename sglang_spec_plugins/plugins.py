@@ -13,6 +13,7 @@ Selection: plugins.toml ``[plugins] enable`` (absent: all installed) minus
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import os
 from dataclasses import dataclass
@@ -148,8 +149,8 @@ def discover_configured(
     path: Optional[Path] = None, *, environ: Mapping[str, str] = os.environ, collect: bool = False
 ) -> PluginSet:
     """Read plugins.toml (``path``, else the one :func:`config.locate` finds)
-    and :func:`discover` its plugins; the file's own problems and the
-    cross-check problems come in one ConfigError."""
+    and :func:`discover` its plugins; the file's own problems and unknown
+    plugin names come in one ConfigError, raised before any plugin is imported."""
     try:
         config = config_mod.load(path, environ=environ)
         problems: Sequence[str] = ()
@@ -177,10 +178,12 @@ def discover(
 ) -> PluginSet:
     """Load, validate and cross-check the selected plugins.
 
-    Problems with plugins.toml itself (unknown plugin or algorithm names, an
-    algorithm offered twice without a ``plugin`` key) raise one ConfigError
-    listing all of them, after ``config_problems`` (problems the parser
-    already found; ``config`` is then its partial result). A plugin that fails
+    ``config_problems`` (problems the parser already found; ``config`` is
+    then its partial result) and unknown plugin names in ``[plugins]`` or
+    ``$SGLANG_SPEC_PLUGINS`` raise one ConfigError before any plugin is
+    imported. Problems found by cross-checking the tables with what the
+    loaded plugins offer (unknown algorithm names, an algorithm offered
+    twice without a ``plugin`` key) raise one ConfigError after. A plugin that fails
     to import or breaks the contract raises PluginError when
     ``on_error = "fail"``; with ``"skip"`` (or ``collect=True``, used by
     ``check``) it is dropped and listed in ``failures``.
@@ -190,6 +193,8 @@ def discover(
     by_name = _by_name(entry_points)
     problems = list(config_problems)
     selected = _select(config, sorted(by_name), environ, problems)
+    if problems:  # a broken [plugins] table would select the wrong plugins: import none of them
+        raise ConfigError(problems)
     tolerate = collect or config.on_error == "skip"
     pm = new_manager()
     infos: List[PluginInfo] = []
@@ -202,7 +207,7 @@ def discover(
         except PluginError as exc:
             if pm.get_plugin(name) is not None:
                 pm.unregister(name=name)
-            if not tolerate and not problems:
+            if not tolerate:
                 raise
             failures.append(PluginFailure(name, str(exc)))
             continue
@@ -214,7 +219,7 @@ def discover(
     notes: List[str] = []
     algorithms = _match_algorithms(config, offered, set(by_name), loaded, problems, notes)
     if problems:
-        raise ConfigError(problems + ([] if tolerate else [f.message for f in failures]))
+        raise ConfigError(problems)
     return PluginSet(pm, infos, algorithms, failures, config, notes)
 
 
@@ -277,6 +282,12 @@ def _load_one(pm: pluggy.PluginManager, name: str, eps: Sequence[metadata.EntryP
         raise PluginError(name, f"breaks the hook contract: {detail}", label) from exc
     except ValueError as exc:
         raise PluginError(name, str(exc), label) from exc
+    unknown = sorted(caller.name for caller in pm.get_hookcallers(plugin) or () if caller.name not in _HOOK_NAMES)
+    if unknown:  # optionalhook=True hides these from check_pending; a misspelt hook would be silently unused
+        raise PluginError(name, "breaks the hook contract: " + "; ".join(
+            f"unknown hook {hook!r}{_closest(hook, _HOOK_NAMES)}, marked optionalhook=True; every @hookimpl must "
+            f"implement one of the {len(_HOOK_NAMES)} hooks of this contract (sglang_spec_plugins.hookspecs)"
+            for hook in unknown), label)
     mine = [(hook, impl) for hook in _HOOK_NAMES for impl in getattr(pm.hook, hook).get_hookimpls() if impl.plugin_name == name]
     for hook, impl in mine:
         if impl.hookwrapper or getattr(impl, "wrapper", False):
@@ -303,6 +314,12 @@ def _load_one(pm: pluggy.PluginManager, name: str, eps: Sequence[metadata.EntryP
 
 
 _HOOK_NAMES = tuple(sorted(n for n in vars(hookspecs) if n.startswith("sgl_spec_")))
+
+
+def _closest(name: str, known: Sequence[str]) -> str:
+    """``" (did you mean 'x'?)"`` for the nearest of ``known``, or ``""``."""
+    near = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    return f" (did you mean {near[0]!r}?)" if near else ""
 
 
 def _check_specs(plugin: str, result: Any, label: Optional[str]) -> List[hookspecs.AlgorithmSpec]:

@@ -78,6 +78,16 @@ def local_file(make: Callable[[Path], None]) -> Callable[[Path], Dict[str, str]]
     return setup
 
 
+def _link_to(path: Path, target: Path) -> Path:
+    path.symlink_to(target)
+    return path
+
+
+def _fifo(path: Path) -> Path:
+    os.mkfifo(path)
+    return path
+
+
 def _dangling(path: Path) -> Path:
     path.symlink_to(path.parent / "nowhere.toml")
     return path
@@ -106,6 +116,12 @@ CASES = [
     Case("enabled and disabled", r"{cfg}: \[plugins\] plugin 'sbd' is in both enable and disable", "[plugins]\nenable = ['sbd']\ndisable = ['sbd']\n"),
     Case("enable unknown plugin", r"{cfg}: \[plugins\] enable: unknown plugin 'sdb' \(installed: dflash_block, sbd\)", "[plugins]\nenable = ['sdb']\n"),
     Case("disable unknown plugin", r"{cfg}: \[plugins\] disable: unknown plugin 'dflash' \(installed: dflash_block, sbd\)", "[plugins]\ndisable = ['dflash']\n"),
+    Case("enable a string, nothing imported", r"\A{cfg}: \[plugins\] enable must be a list of plugin names \(strings\), got 'sbd'\Z",
+         "[plugins]\nenable = 'sbd'\n", {"bad": "raise ImportError('imported although the config is broken')\n"}),
+    Case("enabled instead of enable, nothing imported", r"\A{cfg}: \[plugins\] unknown key 'enabled' \(known: enable, disable, on_error\)\Z",
+         "[plugins]\nenabled = ['sbd']\n", {"bad": "raise ImportError('imported although the config is broken')\n"}),
+    Case("top-level plugins array, nothing imported", r"\A{cfg}: \[plugins\] must be a table\Z",
+         "plugins = ['sbd']\n", {"bad": "raise ImportError('imported although the config is broken')\n"}),
     Case("algorithms not a table", r"{cfg}: \[algorithms\] must be a table of \[algorithms.NAME\] tables", "algorithms = 1\n"),
     Case("algorithm not a table", r"{cfg}: \[algorithms.SBD\] must be a table", "[algorithms]\nSBD = 1\n"),
     Case("reserved name", r"{cfg}: \[algorithms.EAGLE\] 'EAGLE' is a built-in SGLang algorithm name", "[algorithms.EAGLE]\n"),
@@ -132,13 +148,18 @@ CASES = [
          "[plugins]\non_error = 'never'\nenable = ['sdb', 'sbd']\n[algorithms.SBD]\nmax_tokens_per_req = -1\n"),
     # --- where plugins.toml is ---
     Case("config env missing", r"SGLANG_SPEC_PLUGINS_CONFIG=.*none.toml: no such file", None, setup=config_env(lambda root: root / "none.toml")),
-    Case("config env a directory", r"SGLANG_SPEC_PLUGINS_CONFIG=.*conf.d: not a regular file", None,
+    Case("config env a directory", r"SGLANG_SPEC_PLUGINS_CONFIG=.*conf.d: not a regular file: a directory", None,
          setup=config_env(lambda root: (root / "conf.d").mkdir() or root / "conf.d")),
     Case("config env dangling link", r"SGLANG_SPEC_PLUGINS_CONFIG=.*plugins.toml: a symlink to '.*nowhere.toml', which does not exist", None,
          setup=config_env(lambda root: _dangling(root / "plugins.toml"))),
+    Case("config env a symlink to a directory", r"SGLANG_SPEC_PLUGINS_CONFIG=.*plugins.toml: a symlink to '.*conf.d', which is a directory; plugins.toml must be a regular file", None,
+         setup=config_env(lambda root: _link_to(root / "plugins.toml", (root / "conf.d").mkdir() or root / "conf.d"))),
+    Case("config env a symlink to a FIFO", r"SGLANG_SPEC_PLUGINS_CONFIG=.*plugins.toml: a symlink to '.*pipe', which is a FIFO \(named pipe\); plugins.toml must be a regular file", None,
+         setup=config_env(lambda root: _link_to(root / "plugins.toml", _fifo(root / "pipe")))),
+    Case("local file a FIFO", r"plugins.toml: not a regular file: a FIFO \(named pipe\)", None, setup=local_file(_fifo)),
     Case("config env name too long", r"SGLANG_SPEC_PLUGINS_CONFIG=.*: cannot be read: File name too long", None,
          setup=config_env(lambda root: root / ("x" * 300))),
-    Case("local file a directory", r"plugins.toml: not a regular file \(a directory or a device\)", None, setup=local_file(lambda p: p.mkdir())),
+    Case("local file a directory", r"plugins.toml: not a regular file: a directory; plugins.toml must be a regular file", None, setup=local_file(lambda p: p.mkdir())),
     Case("local file dangling link", r"plugins.toml: a symlink to '.*nowhere.toml', which does not exist", None, setup=local_file(_dangling)),
     # --- the environment ---
     Case("allow-list of nothing", r"SGLANG_SPEC_PLUGINS=' , ' names no plugin; unset it", env={"SGLANG_SPEC_PLUGINS": " , "}),
@@ -150,6 +171,8 @@ CASES = [
          {"bad": "import sys\nsys.exit(3)\n"}),
     Case("unknown hook", r"plugin 'bad' \(bad-drafter==1.0\): breaks the hook contract: .*unknown hook 'sgl_spec_verify_widht'", BAD,
          {"bad": plugin("@hookimpl\ndef sgl_spec_verify_widht(algorithm):\n    return 1\n")}),
+    Case("misspelt optional hook", r"plugin 'bad' \(bad-drafter==1.0\): breaks the hook contract: unknown hook 'sgl_spec_verify_widht' \(did you mean 'sgl_spec_verify_width'\?\), marked optionalhook=True; every @hookimpl must implement one of the 4 hooks of this contract", BAD,
+         {"bad": with_hook(offers(), "@hookimpl(optionalhook=True)\ndef sgl_spec_verify_widht(algorithm):\n    return 2\n")}),
     Case("hook argument unknown", r"plugin 'bad' \(bad-drafter==1.0\): breaks the hook contract: .*sgl_spec_verify_width\(algorithm, ndt\); Argument\(s\) \{'ndt'\} are declared in the hookimpl but can not be found in the hookspec", BAD,
          {"bad": with_hook(offers(), "@hookimpl\ndef sgl_spec_verify_width(algorithm, ndt):\n    return 1\n")}),
     Case("pytest.skip at import", r"plugin 'bad' \(bad-drafter==1.0\): cannot import bad_mod: Skipped: needs a GPU \(a BaseException that is not an Exception\)", BAD,
