@@ -12,8 +12,10 @@ found, 2 for a usage error.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +23,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from . import __version__
 from . import config as config_mod
-from . import scaffold
+from . import ndt_grid, scaffold
 from .errors import SpecPluginError
 from .fingerprint import fingerprint
 from .plugins import PluginSet, discover_configured
@@ -41,8 +43,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     p_check = sub.add_parser("check", help="validate plugins.toml and the plugins, and predict what SGLang will do")
     p_check.add_argument("path", nargs="?", type=Path, help=f"the plugins.toml (default: ${config_mod.CONFIG_ENV}, then ./plugins.toml)")
-    p_check.add_argument("--num-draft-tokens", "-n", type=int, action="append", default=[], metavar="N",
-                         help="also resolve and check every width SGLang asks for at this speculative_num_draft_tokens (repeatable)")
+    p_check.add_argument("--num-draft-tokens", "-n", type=_positive_int, action="append", default=[], metavar="N",
+                         help="resolve and check every width SGLang asks for at this speculative_num_draft_tokens "
+                              f"(repeatable; default: each of {', '.join(map(str, DEFAULT_NDTS))} the algorithm accepts)")
     p_check.add_argument("--disable-overlap-schedule", action="store_true",
                          help="the server will run with --disable-overlap-schedule")
     p_check.add_argument("--attention-backend", metavar="NAME",
@@ -60,36 +63,63 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     args = parser.parse_args(argv)
     command = {"list": _list, "check": _check, "doctor": _doctor, "new": scaffold.command}[args.command]
+    args.out = sys.stdout
     try:
-        return command(args)
+        # What plugins and SGLang print while they are imported goes to stderr: stdout carries only this
+        # command's report (with --json, one JSON document).
+        with contextlib.redirect_stdout(sys.stderr):
+            try:
+                return command(args)
+            except SpecPluginError as exc:
+                return _fail(args, _problems_of(exc))
+            except Exception as exc:  # never a traceback for the operator; the message says where it came from
+                return _fail(args, [f"unexpected {type(exc).__name__}: {exc} (a bug in sglang-spec-plugins; please report it)"])
     except BrokenPipeError:  # e.g. `list --json | head`: the reader left; say nothing more
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), args.out.fileno())
         return 1
-    except SpecPluginError as exc:
-        return _fail(args, _problems_of(exc))
-    except Exception as exc:  # never a traceback for the operator; the message says where it came from
-        return _fail(args, [f"unexpected {type(exc).__name__}: {exc} (a bug in sglang-spec-plugins; please report it)"])
+
+
+DEFAULT_NDTS = (1, 2, 3, 4, 5, 8, 16, 32, 64)
+"""The ``speculative_num_draft_tokens`` values ``check`` resolves widths at when
+no ``-n`` is given (those the algorithm's ``validate_server_args`` accepts and
+its ``max_tokens_per_req`` allows): a width hook that fails only at some
+values, or never answers for its own algorithm, is found without ``-n``."""
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a speculative_num_draft_tokens: it must be 1 or more")
+    return value
+
+
+def _say(args: argparse.Namespace, *parts: Any) -> None:
+    print(*parts, file=args.out)
 
 
 def _list(args: argparse.Namespace) -> int:
     plugin_set = discover_configured()
     data = _describe(plugin_set)
     if args.json:
-        _print_json(data)
+        _print_json(args, data)
         return 0
-    print(f"config: {data['config']}")
-    print("hooks:")
+    _say(args, f"config: {data['config']}")
+    _say(args, "hooks:")
     for hook, impls in data["hooks"].items():
-        print(f"  {hook}")
+        _say(args, f"  {hook}")
         for impl in impls or [{"plugin": "(none)"}]:
-            print(f"    {impl['plugin']:<16} {impl.get('distribution') or '-'}=={impl.get('version') or '-'}  {impl.get('module_file', '')}".rstrip())
-    print("algorithms:")
+            _say(args, f"    {impl['plugin']:<16} {impl.get('distribution') or '-'}=={impl.get('version') or '-'}  {impl.get('module_file', '')}".rstrip())
+    _say(args, "algorithms:")
     for name, algo in data["algorithms"].items():
-        print(f"  {name:<16} plugin {algo['plugin']} ({algo['distribution']}=={algo['version']}), overlap={algo['supports_overlap']}")
+        _say(args, f"  {name:<16} plugin {algo['plugin']} ({algo['distribution']}=={algo['version']}), overlap={algo['supports_overlap']}")
     if not data["algorithms"]:
-        print("  (none enabled)")
+        _say(args, "  (none enabled)")
     for note in data["notes"]:
-        print(f"note: {note}")
+        _say(args, f"note: {note}")
     return 0
 
 
@@ -101,14 +131,19 @@ def _check(args: argparse.Namespace) -> int:
     problems: List[str] = [f.message for f in plugin_set.failures]
     checked: Dict[str, Any] = {}
     for name, policy in policies.items():
-        entry: Dict[str, Any] = {"plugin": policy.plugin, "draft_may_verify": policy.draft_may_verify(), "widths": {}}
-        for ndt in args.num_draft_tokens:
+        offered = plugin_set.algorithms[name]
+        verifies = policy.draft_may_verify()
+        ndts = args.num_draft_tokens or ndt_grid.accepted(offered, ndt_grid.grid(offered))
+        entry: Dict[str, Any] = {"plugin": policy.plugin, "draft_may_verify": verifies, "widths": {}}
+        for ndt in ndts:
             try:
-                policy.validate(ndt)
-                entry["widths"][str(ndt)] = {"target": policy.width(ndt, False), "draft": policy.width(ndt, True),
-                                             "max": policy.max_width(ndt)}
+                policy.validate(ndt)  # the draft worker's width too: SGLang sizes buffers with it
+                entry["widths"][str(ndt)] = {"target": policy.width(ndt, False), "max": policy.max_width(ndt)}
+                if verifies:  # only a draft worker that may verify runs TARGET_VERIFY at its width
+                    entry["widths"][str(ndt)]["draft"] = policy.width(ndt, True)
             except (SpecPluginError, ValueError) as exc:
-                problems.append(str(exc))
+                problems.append(str(exc) + ("" if args.num_draft_tokens else
+                                            f" (found at a default ndt; `check -n {ndt}` shows it alone)"))
         checked[name] = entry
     from .engine.prediction import predict  # imports SGLang only if it is installed
 
@@ -120,30 +155,34 @@ def _check(args: argparse.Namespace) -> int:
     data = {"config": plugin_set.config.origin, "ok": not problems, "problems": problems, "notes": list(plugin_set.notes),
             "algorithms": checked, "sglang": {k: v for k, v in sglang.items() if k != "problems"}, "fingerprint": digest}
     if args.json:
-        _print_json(data)
+        _print_json(args, data)
         return 0 if not problems else 1
-    print(f"config: {data['config']}")
+    _say(args, f"config: {data['config']}")
     for info in plugin_set.plugins:
-        print(f"plugin {info.label}: ok")
+        _say(args, f"plugin {info.label}: ok")
     for name, entry in checked.items():
-        widths = ", ".join(f"ndt={n}: target {w['target']}, draft {w['draft']}, max {w['max']}" for n, w in entry["widths"].items())
-        print(f"algorithm {name} (plugin {entry['plugin']}): draft-may-verify={entry['draft_may_verify']}" + (f"; {widths}" if widths else ""))
+        widths = ", ".join(f"ndt={n}: target {w['target']}" + (f", draft {w['draft']}" if "draft" in w else "") + f", max {w['max']}"
+                           for n, w in entry["widths"].items())
+        _say(args, f"algorithm {name} (plugin {entry['plugin']}): draft-may-verify={entry['draft_may_verify']}" + (f"; {widths}" if widths else ""))
     if not args.num_draft_tokens and checked:
-        print("widths not resolved: pass --num-draft-tokens N to check them for a speculative_num_draft_tokens")
-    print(f"SGLang: {sglang['summary']}")
+        _say(args, "widths checked at every default ndt the algorithm accepts; pass --num-draft-tokens N for your server's "
+                   "(and the SGLang checks that need it)")
+    if sglang.get("cpu_harness"):
+        _say(args, sglang["cpu_harness"])
+    _say(args, f"SGLang: {sglang['summary']}")
     for line in sglang["lines"]:
-        print(f"  {line}")
+        _say(args, f"  {line}")
     for name, per_ndt in sglang["backends"].items():
         for ndt, per_worker in per_ndt.items():
             for worker, per_backend in per_worker.items():
                 for backend, support in per_backend.items():
-                    print(f"  {name} at ndt={ndt}, {worker}, {backend}: {support['verdict']}: {support['reason']}")
+                    _say(args, f"  {name} at ndt={ndt}, {worker}, {backend}: {support['verdict']}: {support['reason']}")
     for note in data["notes"]:
-        print(f"note: {note}")
-    print(f"fingerprint: {digest}")
+        _say(args, f"note: {note}")
+    _say(args, f"fingerprint: {digest}")
     for problem in problems:
         print(f"error: {problem}", file=sys.stderr)
-    print("ok" if not problems else f"{len(problems)} problem(s)")
+    _say(args, "ok" if not problems else f"{len(problems)} problem(s)")
     return 0 if not problems else 1
 
 
@@ -174,12 +213,20 @@ def _compare_with_fresh_process(args: argparse.Namespace, digest: str, checked: 
         if theirs is not None and theirs != entry["widths"]:
             found.append(f"algorithm {name} (plugin {entry['plugin']}): a fresh process got other widths ({theirs} "
                          f"instead of {entry['widths']}): its answers depend on the process; SGLang's ranks would disagree")
-    return found + [f"only in a fresh process: {p}" for p in other.get("problems", []) if p not in problems]
+    here = {_without_addresses(p) for p in problems}
+    return found + [f"only in a fresh process: {p}" for p in other.get("problems", []) if _without_addresses(p) not in here]
+
+
+def _without_addresses(problem: str) -> str:
+    """A problem without object addresses (``<... at 0x7f...>`` differs in every process)."""
+    return re.sub(r" at 0x[0-9a-fA-F]+", "", problem)
 
 
 def _doctor(args: argparse.Namespace) -> int:
+    from .engine.cpu_harness import prepare
     from .engine.probe import probe
 
+    harness = prepare()
     found = probe()
     plans, backends, problems = {}, {}, list(found.problems())
     if not problems:
@@ -215,6 +262,7 @@ def _doctor(args: argparse.Namespace) -> int:
             "methods_taken_from_enum": list(found.enum_only_methods),
             "graph_runner": found.graph_runner,
             "dummy_run": found.dummy_run,
+            "cpu_harness": harness,
         },
         "patches": {name: {"verdict": _verdict(name, plan.verdict), "reason": plan.reason} for name, plan in plans.items()},
         "attention_backends": backends,
@@ -227,34 +275,36 @@ def _doctor(args: argparse.Namespace) -> int:
         "ok": not problems,
     }
     if args.json:
-        _print_json(data)
+        _print_json(args, data)
     else:
         s = data["sglang"]
-        print(f"SGLang: {s['version'] or 'not installed'}")
+        _say(args, f"SGLang: {s['version'] or 'not installed'}")
+        if harness:
+            _say(args, f"  {harness}")
         if found.import_error:
-            print(f"  import failed: {found.import_error}")
+            _say(args, f"  import failed: {found.import_error}")
         elif found.installed:
-            print(f"  plugin framework (sglang.srt.plugins): {'yes' if s['plugin_framework'] else 'no'}")
-            print(f"  algorithm registry (spec_registry):     {'yes' if s['algorithm_registry'] else 'no'}")
-            print(f"  width hook(s) the runners call:          {', '.join(s['width_hooks']) or 'none'}")
-            print(f"  draft-worker verify check:               {'supports_target_verify_for_draft' if s['draft_verify_check'] else 'none'}")
-            print(f"  enum methods plugin algorithms inherit:  {', '.join(s['methods_taken_from_enum']) or 'none'}")
-            print(f"  decode CUDA-graph runner:                {s['graph_runner'] or 'not found'}")
-            print(f"  dummy run:                               {s['dummy_run'] or 'not found'}")
+            _say(args, f"  plugin framework (sglang.srt.plugins): {'yes' if s['plugin_framework'] else 'no'}")
+            _say(args, f"  algorithm registry (spec_registry):     {'yes' if s['algorithm_registry'] else 'no'}")
+            _say(args, f"  width hook(s) the runners call:          {', '.join(s['width_hooks']) or 'none'}")
+            _say(args, f"  draft-worker verify check:               {'supports_target_verify_for_draft' if s['draft_verify_check'] else 'none'}")
+            _say(args, f"  enum methods plugin algorithms inherit:  {', '.join(s['methods_taken_from_enum']) or 'none'}")
+            _say(args, f"  decode CUDA-graph runner:                {s['graph_runner'] or 'not found'}")
+            _say(args, f"  dummy run:                               {s['dummy_run'] or 'not found'}")
         for name, plan in data["patches"].items():
-            print(f"patch {name}: {plan['verdict']}: {plan['reason']}")
+            _say(args, f"patch {name}: {plan['verdict']}: {plan['reason']}")
         for name, support in backends.items():
-            print(f"plugin algorithms on {name.split('.', 1)[1]}: {support}")
-        print(f"config: {data['config']}")
+            _say(args, f"plugin algorithms on {name.split('.', 1)[1]}: {support}")
+        _say(args, f"config: {data['config']}")
         for plugin in data["plugins"]:
-            print(f"plugin {plugin['name']} ({plugin['distribution']}=={plugin['version']})")
+            _say(args, f"plugin {plugin['name']} ({plugin['distribution']}=={plugin['version']})")
         for note in data["notes"]:
-            print(f"note: {note}")
-        print(f"the loader would register: {', '.join(data['would_register']) or 'nothing'}")
-        print(f"fingerprint: {digest or '-'}")
+            _say(args, f"note: {note}")
+        _say(args, f"the loader would register: {', '.join(data['would_register']) or 'nothing'}")
+        _say(args, f"fingerprint: {digest or '-'}")
         for problem in problems:
-            print(f"problem: {problem}")
-        print("ok" if not problems else f"{len(problems)} problem(s)")
+            _say(args, f"problem: {problem}")
+        _say(args, "ok" if not problems else f"{len(problems)} problem(s)")
     return 0 if not problems else 1
 
 
@@ -301,14 +351,14 @@ def _problems_of(exc: SpecPluginError) -> List[str]:
 
 def _fail(args: argparse.Namespace, problems: List[str]) -> int:
     if getattr(args, "json", False):
-        _print_json({"ok": False, "problems": problems})
+        _print_json(args, {"ok": False, "problems": problems})
     else:
         for problem in problems:
             print(f"error: {problem}", file=sys.stderr)
     return 1
 
 
-def _print_json(data: Any) -> None:
-    json.dump(data, sys.stdout, indent=2, default=str)
-    sys.stdout.write("\n")
-    sys.stdout.flush()
+def _print_json(args: argparse.Namespace, data: Any) -> None:
+    json.dump(data, args.out, indent=2, default=str)
+    args.out.write("\n")
+    args.out.flush()

@@ -327,7 +327,8 @@ def _check_specs(plugin: str, result: Any, label: Optional[str]) -> List[hookspe
         return PluginError(plugin, message, label)
 
     if isinstance(result, (str, bytes)) or not isinstance(result, (list, tuple)):
-        raise fail(f"sgl_spec_algorithms must return a list of AlgorithmSpec, got {result!r}")
+        got = f"a {type(result).__name__} (it is consumed once; return a list)" if inspect.isgenerator(result) else repr(result)
+        raise fail(f"sgl_spec_algorithms must return a list of AlgorithmSpec, got {got}")
     seen = set()
     for spec in result:
         if not isinstance(spec, hookspecs.AlgorithmSpec):

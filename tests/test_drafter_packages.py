@@ -109,3 +109,25 @@ def test_template_and_examples_pass_every_check_with_sglang(with_sglang, tmp_pat
         for section in ("registry", "start", "worker"):
             assert f"sglang_{section} PASSED" in out, out
         assert "FAILED" not in out, out
+
+
+def test_kit_without_sglang_fails_a_factory_that_cannot_import_or_returns_an_instance(fresh, tmp_path):
+    """Where SGLang is absent the kit calls the worker factory itself: only an ImportError of SGLang is a skip."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from dists import make_dist, simple_plugin
+
+    site = Path(run(fresh / "bin" / "python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").strip())
+    make_dist(site, "needs-flash-drafter", {"needsflash": "needsflash_mod"}, {"needsflash_mod": simple_plugin("NEEDSFLASH").replace(
+        "lambda server_args: Worker", "lambda server_args: __import__('flash_attn_absent')")})
+    make_dist(site, "instance-drafter", {"instance": "instance_mod"}, {"instance_mod": simple_plugin("INSTANCE").replace(
+        "lambda server_args: Worker", "lambda server_args: Worker()")})
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    env.pop("PYTHONPATH", None)
+    out = subprocess.run([fresh / "bin" / "python", "-m", "pytest", "-p", "no:cacheprovider", "-p", "sglang_spec_plugins.testing",
+                          "--sglang-spec-plugin", "needsflash", "--sglang-spec-plugin", "instance", "-k", "worker_factory"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    flat = " ".join((out.stdout + out.stderr).split())
+    assert out.returncode == 1 and "2 failed" in flat, flat
+    assert ("plugin 'needsflash', algorithm NEEDSFLASH: worker_factory(server_args) raised ModuleNotFoundError: "
+            "No module named 'flash_attn_absent'") in flat, flat
+    assert "plugin 'instance', algorithm INSTANCE: worker_factory(server_args) returned <instance_mod.Worker object" in flat, flat

@@ -16,14 +16,14 @@ from dists import PLUGIN_HEADER, make_dist, simple_plugin
 CPU_CHECKS = "not sglang_"
 
 
-def kit(site_path, cwd, plugins, *, select=CPU_CHECKS):
+def kit(site_path, cwd, plugins, *, select=CPU_CHECKS, extra=()):
     """Run pytest with the kit on ``plugins`` in an empty project; return (rc, output)."""
     cwd.mkdir(exist_ok=True)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site_path), os.environ.get("PYTHONPATH", "")]))
     for name in ("SGLANG_SPEC_PLUGINS", "SGLANG_SPEC_PLUGINS_CONFIG"):
         env.pop(name, None)
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "sglang_spec_plugins.testing",
-           *[arg for name in plugins for arg in ("--sglang-spec-plugin", name)], "-k", select, "-rfs"]
+           *[arg for name in plugins for arg in ("--sglang-spec-plugin", name)], "-k", select, "-rfs", *extra]
     out = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
     return out.returncode, out.stdout + out.stderr
 
@@ -65,6 +65,12 @@ BROKEN = {
     "lowmax": (simple_plugin("LOWMAX", max_width="num_draft_tokens - 1"),
                "algorithm LOWMAX: sgl_spec_max_verify_width(num_draft_tokens=1) returned 0; the maximum width must be "
                "an int >= num_draft_tokens=1"),
+    "validator32": (simple_plugin("VALIDATOR32").replace(
+        "worker_factory=lambda server_args: Worker)", "worker_factory=lambda server_args: Worker, validate_server_args=_validate)")
+        + "\ndef _validate(args):\n    assert args.speculative_num_draft_tokens < 32, 'blocks of at most 16'\n",
+                    "plugin 'validator32', algorithm VALIDATOR32: validate_server_args(server_args with "
+                    "speculative_num_draft_tokens=32) raised AssertionError: blocks of at most 16; SGLang expects None or a "
+                    "ValueError"),
     "perprocess": ("import random\n_SEED = random.SystemRandom().randrange(1 << 30)\n"
                    + simple_plugin("PERPROCESS", width="1 + _SEED % num_draft_tokens"),
                    "differ between this process and a fresh one"),
@@ -126,3 +132,12 @@ def test_installing_the_package_does_not_turn_the_kit_on(tmp_path):
     out = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q"], cwd=tmp_path,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "1 passed" in out.stdout and "sglang-spec-plugins" not in out.stdout, out.stdout
+
+
+def test_kit_asks_the_ndts_the_author_configures(site, tmp_path):
+    """A width rule wrong only at ndt 24: found once the author names 24 (``--sglang-spec-ndt`` or the ini option)."""
+    install(site.path, "at24", simple_plugin("AT24", width="0 if num_draft_tokens == 24 else 1"))
+    rc, output = kit(site.path, tmp_path / "plain", ["at24"])
+    assert rc == 0, output
+    rc, output = kit(site.path, tmp_path / "named", ["at24"], extra=("--sglang-spec-ndt", "24"))
+    assert rc == 1 and "sgl_spec_verify_width(num_draft_tokens=24, is_draft_worker=False) returned 0" in output, output

@@ -10,10 +10,12 @@ imports SGLang only when SGLang is installed, and never starts anything.
 
 from __future__ import annotations
 
+import importlib
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from ..errors import describe_exception
 from ..plugins import PluginSet
+from .cpu_harness import prepare
 from .probe import probe
 
 
@@ -30,9 +32,11 @@ def predict(
     backend does with that width and verify shape
     (``attention_backend`` alone when the operator names one; a refusal of
     that one is a problem)."""
+    harness = prepare()
     found = probe()
     if not found.installed:
-        return {"version": None, "summary": "not installed here: release-specific checks skipped", "lines": [], "problems": [], "backends": {}}
+        return {"version": None, "summary": "not installed here: release-specific checks skipped", "lines": [], "problems": [],
+                "backends": {}, "cpu_harness": None}
     problems: List[str] = []
     lines: List[str] = []
     names = ", ".join(policies) or "no algorithm"
@@ -44,7 +48,7 @@ def predict(
         if policies:
             problems.append(f"SGLang {found.version} cannot serve {names}: {'; '.join(reasons)}; the loader will register nothing")
         return {"version": found.version, "summary": f"{found.version}: cannot serve plugin algorithms", "lines": reasons,
-                "problems": problems, "backends": {}}
+                "problems": problems, "backends": {}, "cpu_harness": harness}
 
     from ..patches.backend_support import KNOWN_BACKENDS, REFUSED, attention_support
     from .worker_contract import check_worker, contract, overlap_flag_needed
@@ -52,6 +56,10 @@ def predict(
     backends: Dict[str, Dict[str, Dict[str, Dict[str, str]]]] = {}
 
     release = contract()
+    known = attention_backend_choices()
+    if attention_backend and known and attention_backend not in known:
+        problems.append(f"--attention-backend {attention_backend}: SGLang {found.version} has no such attention backend "
+                        f"(it accepts: {', '.join(known)})")
     for name, policy in policies.items():
         offered = plugin_set.algorithms[name]
         origin = plugin_set.error(offered.plugin, f"algorithm {name}")
@@ -94,7 +102,18 @@ def predict(
                         problems.append(f"{origin}: --attention-backend {backend} on the {worker} at width {width} "
                                         f"({shape}, ndt {ndt}) on SGLang {found.version} is refused: {support.reason}")
     return {"version": found.version, "summary": f"{found.version}: can serve plugin algorithms", "lines": lines,
-            "problems": sorted(set(problems), key=problems.index), "backends": backends}
+            "problems": sorted(set(problems), key=problems.index), "backends": backends, "cpu_harness": harness}
+
+
+def attention_backend_choices() -> tuple:
+    """The ``--attention-backend`` values the installed release accepts (its
+    own ``ATTENTION_BACKEND_CHOICES``), or () where it has no such list."""
+    for module in ("sglang.srt.arg_groups.choices", "sglang.srt.server_args"):  # 0.5.2x, older
+        try:
+            return tuple(importlib.import_module(module).ATTENTION_BACKEND_CHOICES)
+        except (ImportError, AttributeError):
+            continue
+    return ()
 
 
 def server_args(algorithm: str, num_draft_tokens: Any, disable_overlap: bool) -> Any:

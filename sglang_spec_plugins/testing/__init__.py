@@ -42,6 +42,7 @@ from .checks import Finding
 
 INI_PLUGINS = "sglang_spec_plugins"
 INI_CONFIG = "sglang_spec_plugins_config"
+INI_NDTS = "sglang_spec_plugins_num_draft_tokens"
 ROOT_NAME = "sglang-spec-plugins"
 
 
@@ -52,7 +53,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--sglang-spec-config", default=None, metavar="PATH", dest="sglang_spec_config",
                     help="plugins.toml whose settings the kit checks with")
     parser.addini(INI_PLUGINS, type="linelist", help="entry-point names of the drafter plugins the kit checks")
+    group.addoption("--sglang-spec-ndt", action="append", default=[], type=int, metavar="N", dest="sglang_spec_ndts",
+                    help="a speculative_num_draft_tokens the kit also asks about (repeatable; overrides the ini option)")
     parser.addini(INI_CONFIG, default="", help="plugins.toml whose settings the kit checks with (relative to the rootdir)")
+    parser.addini(INI_NDTS, type="linelist", help="speculative_num_draft_tokens values the kit asks about besides 1-64")
 
 
 @pytest.hookimpl(tryfirst=True)  # before -k / -m deselect, so they apply to the kit's items too
@@ -65,17 +69,26 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         )
     raw = config.getoption("sglang_spec_config") or config.getini(INI_CONFIG)
     config_path = (config.rootpath / raw).resolve() if raw else None
-    root = Kit.from_parent(session, name=ROOT_NAME, nodeid=ROOT_NAME, plugins=tuple(names), config_path=config_path)
+    raw_ndts = config.getoption("sglang_spec_ndts") or config.getini(INI_NDTS)
+    try:
+        ndts = tuple(int(n) for n in raw_ndts)
+    except ValueError:
+        raise pytest.UsageError(f"{INI_NDTS} must list integers, got {raw_ndts!r}") from None
+    if any(n < 1 for n in ndts):
+        raise pytest.UsageError(f"{INI_NDTS}: every speculative_num_draft_tokens is 1 or more, got {list(ndts)}")
+    root = Kit.from_parent(session, name=ROOT_NAME, nodeid=ROOT_NAME, plugins=tuple(names), config_path=config_path,
+                           ndts=ndts)
     items.extend(root.collect())
 
 
 class Kit(pytest.Collector):
     """The kit's items for the named plugins."""
 
-    def __init__(self, *, plugins: Tuple[str, ...], config_path: Optional[Path], **kw):
+    def __init__(self, *, plugins: Tuple[str, ...], config_path: Optional[Path], ndts: Tuple[int, ...] = (), **kw):
         super().__init__(**kw)
         self.plugins = plugins
         self.config_path = config_path
+        self.ndts = ndts
 
     def collect(self) -> Iterator["Check"]:
         for plugin in self.plugins:
@@ -98,7 +111,7 @@ class Kit(pytest.Collector):
 
         @functools.lru_cache(maxsize=None)
         def ndts(name: str) -> Tuple[int, ...]:
-            return checks.accepted_ndts(owned[name])
+            return checks.accepted_ndts(owned[name], self.ndts)
 
         @functools.lru_cache(maxsize=None)
         def table(name: str):
@@ -135,9 +148,10 @@ def _factory(offered, ndts) -> None:
     try:
         checks.worker_class(offered, ndts(offered.name)[0])
     except Finding as finding:
-        if isinstance(finding.__cause__, ImportError):
+        missing = getattr(finding.__cause__, "name", None) if isinstance(finding.__cause__, ImportError) else None
+        if missing is not None and missing.split(".")[0] == "sglang":
             pytest.skip(f"the worker factory imports SGLang, which is not importable here: {finding.__cause__}")
-        raise
+        raise  # any other ImportError is the factory's own fault: SGLang would meet it too
 
 
 def _section(on_sglang, offered, section: str) -> None:

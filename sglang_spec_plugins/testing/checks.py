@@ -18,18 +18,13 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .. import config as config_mod
+from .. import ndt_grid
 from ..errors import SpecPluginError
 from ..plugins import ALLOW_ENV, OfferedAlgorithm, PluginSet, discover
 from ..policy import VerifyPolicy
-
-NDT_GRID = (1, 2, 3, 4, 5, 8, 16)
-"""The ``speculative_num_draft_tokens`` values the kit asks about (those the
-algorithm's ``validate_server_args`` accepts)."""
-
 
 class Finding(AssertionError):
     """A conformance failure; ``str()`` is the review comment."""
@@ -54,38 +49,28 @@ def algorithms_of(plugin_set: PluginSet, plugin: str) -> Dict[str, OfferedAlgori
     return owned
 
 
-def server_args(algorithm: str, ndt: int, disable_overlap: bool) -> SimpleNamespace:
-    """The fields of SGLang's ServerArgs a validator reads at start-up (on a
-    machine without SGLang; :mod:`.on_sglang` passes a real ServerArgs)."""
-    return SimpleNamespace(speculative_algorithm=algorithm, speculative_num_draft_tokens=ndt,
-                           disable_overlap_schedule=disable_overlap)
+server_args = ndt_grid.validator_args
 
 
-def accepted_ndts(offered: OfferedAlgorithm, make_args=server_args) -> Tuple[int, ...]:
-    """The grid values ``validate_server_args`` accepts. It may refuse with
+def accepted_ndts(offered: OfferedAlgorithm, configured: Sequence[int] = (), make_args=server_args) -> Tuple[int, ...]:
+    """The ndts ``validate_server_args`` accepts among :func:`ndt_grid.grid`
+    (1-64, and the ``configured`` ones the author names). It may refuse with
     ValueError (SGLang's way to refuse a configuration); anything else it
     raises is a Finding, and so is refusing the whole grid."""
-    validate = offered.spec.validate_server_args
-    if validate is None:
-        return NDT_GRID
-    accepted = []
-    for ndt in NDT_GRID:
-        args = make_args(offered.name, ndt, not offered.spec.supports_overlap)
-        try:
-            validate(args)
-        except ValueError:
-            continue
-        except Exception as exc:
-            raise Finding(
-                f"plugin {offered.plugin!r}, algorithm {offered.name}: validate_server_args(server_args with "
-                f"speculative_num_draft_tokens={ndt}) raised {type(exc).__name__}: {exc}; SGLang expects None "
-                "or a ValueError that says what to change"
-            ) from exc
-        accepted.append(ndt)
+    tried = ndt_grid.grid(offered, configured)
+
+    def other(ndt: int, exc: BaseException) -> None:
+        raise Finding(
+            f"plugin {offered.plugin!r}, algorithm {offered.name}: validate_server_args(server_args with "
+            f"speculative_num_draft_tokens={ndt}) raised {type(exc).__name__}: {exc}; SGLang expects None "
+            "or a ValueError that says what to change"
+        ) from exc
+
+    accepted = ndt_grid.accepted(offered, tried, make_args, other)
     if not accepted:
         raise Finding(f"plugin {offered.plugin!r}, algorithm {offered.name}: validate_server_args refuses every "
-                      f"speculative_num_draft_tokens in {NDT_GRID}; the kit cannot ask for a width")
-    return tuple(accepted)
+                      f"speculative_num_draft_tokens in {tried}; the kit cannot ask for a width")
+    return accepted
 
 
 def answers(plugin_set: PluginSet, offered: OfferedAlgorithm, ndts) -> Dict[str, Any]:
@@ -117,8 +102,10 @@ def same_answers(first: Dict[str, Any], second: Dict[str, Any], offered: Offered
 def answers_in_fresh_process(plugin: str, config_path: Optional[Path], algorithm: str, ndts, hash_seed: str) -> Dict[str, Any]:
     """:func:`answers` computed by a new Python process (``PYTHONHASHSEED=hash_seed``)."""
     env = dict(os.environ, PYTHONHASHSEED=hash_seed)
-    code = ("import json, sys; from sglang_spec_plugins.testing.checks import _answers_main; "
-            "json.dump(_answers_main(*sys.argv[1:]), sys.stdout)")
+    code = ("import contextlib, json, sys; from sglang_spec_plugins.testing.checks import _answers_main\n"
+            "with contextlib.redirect_stdout(sys.stderr):  # what the plugin prints at import is not the answer\n"
+            "    answers = _answers_main(*sys.argv[1:])\n"
+            "json.dump(answers, sys.stdout)")
     out = subprocess.run([sys.executable, "-c", code, plugin, str(config_path or ""), algorithm,
                           ",".join(map(str, ndts))], capture_output=True, text=True, env=env)
     if out.returncode != 0:

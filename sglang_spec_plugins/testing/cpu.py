@@ -12,18 +12,7 @@ import importlib
 import sys
 import types
 
-
-def install_stand_ins() -> None:
-    """Define the two torchvision operators whose CUDA build cannot load on a
-    CPU torch, so that torchvision's Python part (imported by SGLang's
-    multimodal configs) imports. Must run before SGLang is imported."""
-    import torch
-
-    for op in ("nms", "qnms"):
-        try:
-            torch.library.define(f"torchvision::{op}", "(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-        except RuntimeError:
-            pass  # already defined in this process
+from ..engine.cpu_harness import install_stand_ins  # noqa: F401  (re-exported for the tests and the demo)
 
 
 def absent_kernel_package(monkeypatch, name: str, *submodules: str) -> None:

@@ -37,7 +37,8 @@ import sys  # noqa: E402
 from types import SimpleNamespace  # noqa: E402
 from typing import Any, Dict, List  # noqa: E402
 
-from .cpu import install_stand_ins, run_sglang_plugin_loading  # noqa: E402
+from ..engine.cpu_harness import prepare  # noqa: E402
+from .cpu import run_sglang_plugin_loading  # noqa: E402
 
 SECTIONS = ("registry", "start", "worker", "attention")
 
@@ -228,10 +229,7 @@ def _aiter_case(mp, ndt, width, max_width) -> List[str]:
 
 
 def main(request: Dict[str, Any]) -> Dict[str, Any]:
-    import torch
-
-    if torch.version.cuda is None:  # a CPU torch: torchvision's CUDA operators cannot load (see .cpu)
-        install_stand_ins()
+    prepare()  # a CPU-only torch: torchvision's CUDA operators cannot load (see engine.cpu_harness)
     try:
         run_sglang_plugin_loading()
         from .. import loader

@@ -183,6 +183,8 @@ CASES = [
          {"bad": with_hook(offers(), "class Stop(BaseException):\n    pass\n@hookimpl\ndef sgl_spec_draft_may_verify(algorithm):\n    raise Stop('no')\n")}),
     Case("algorithms not a list", r"plugin 'bad' \(bad-drafter==1.0\): sgl_spec_algorithms must return a list of AlgorithmSpec, got 'BAD'", BAD,
          {"bad": algorithms_returning("'BAD'")}),
+    Case("algorithms a generator", r"plugin 'bad' \(bad-drafter==1.0\): sgl_spec_algorithms must return a list of AlgorithmSpec, got a generator \(it is consumed once; return a list\)$", BAD,
+         {"bad": algorithms_returning("(s for s in [AlgorithmSpec('X', lambda a: object)])")}),
     Case("algorithms of dicts", r"plugin 'bad' \(bad-drafter==1.0\): sgl_spec_algorithms returned \{'name': 'BAD'\}, not an AlgorithmSpec", BAD,
          {"bad": algorithms_returning("[{'name': 'BAD'}]")}),
     Case("offers a reserved name", r"plugin 'bad' \(bad-drafter==1.0\): algorithm name 'EAGLE3' is reserved by SGLang", BAD, {"bad": offers("eagle3")}),
