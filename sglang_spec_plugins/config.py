@@ -317,9 +317,9 @@ def _algorithm(name: str, table: Any, where: str, problems: List[str]) -> Option
     if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
         problems.append(f"{label} max_tokens_per_req must be a positive integer, got {cap!r}")
     for key in table:
-        near = difflib.get_close_matches(key, FRAMEWORK_ALGORITHM_KEYS, n=1, cutoff=0.8)
+        near = _framework_key_near(key)
         if key not in FRAMEWORK_ALGORITHM_KEYS and near:
-            problems.append(f"{label} {key!r} looks like a misspelling of the framework key {near[0]!r}; "
+            problems.append(f"{label} {key!r} looks like a misspelling of the framework key {near!r}; "
                             "rename it (a plugin setting may not look like a framework key)")
     if len(problems) > count:
         return None
@@ -331,6 +331,19 @@ def _algorithm(name: str, table: Any, where: str, problems: List[str]) -> Option
         max_tokens_per_req=cap,
         settings=MappingProxyType(settings),
     )
+
+
+def _framework_key_near(key: str) -> Optional[str]:
+    """The framework key ``key`` is probably meant to be, else None: a close
+    spelling (``max_token_per_req``), another case or camelCase
+    (``MAX_TOKENS_PER_REQ``, ``maxTokensPerReq``), or a shortening
+    (``max_tokens``). Taken as a setting, it would silently not apply."""
+    snake = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", key).lower().replace("-", "_")
+    for candidate in (key, snake):
+        near = difflib.get_close_matches(candidate, FRAMEWORK_ALGORITHM_KEYS, n=1, cutoff=0.8)
+        if near:
+            return near[0]
+    return next((k for k in FRAMEWORK_ALGORITHM_KEYS if len(snake) >= 6 and k != snake and k.startswith(snake)), None)
 
 
 def plain(value: Any) -> Any:

@@ -274,6 +274,7 @@ def _load_one(pm: pluggy.PluginManager, name: str, eps: Sequence[metadata.EntryP
         raise
     except BaseException as exc:
         raise PluginError(name, f"cannot import {ep.value}: {describe_exception(exc)}", label) from exc
+    _refuse_callable_entry_point(name, ep, plugin, label)
     try:
         pm.register(plugin, name=name)
         pm.check_pending()
@@ -293,6 +294,11 @@ def _load_one(pm: pluggy.PluginManager, name: str, eps: Sequence[metadata.EntryP
         if impl.hookwrapper or getattr(impl, "wrapper", False):
             raise PluginError(name, f"{hook} is a hook wrapper (wrapper=True or hookwrapper=True); this contract has no "
                               "wrappers: every answer must come from the one plugin that owns the algorithm", label)
+        if impl.kwargnames:
+            defaults = ", ".join(impl.kwargnames)
+            raise PluginError(name, f"{hook} gives {defaults} a default value; pluggy never passes an argument that has a "
+                              "default, so the hook would always see the default (e.g. `settings={}` ignores plugins.toml): "
+                              "remove the default", label)
     info = PluginInfo(
         name=name,
         distribution=dist.name if dist else None,
@@ -311,6 +317,21 @@ def _load_one(pm: pluggy.PluginManager, name: str, eps: Sequence[metadata.EntryP
             raise PluginError(name, f"sgl_spec_algorithms raised {describe_exception(exc)}", label) from exc
         specs.extend(_check_specs(name, result, label))
     return info, specs
+
+
+def _refuse_callable_entry_point(name: str, ep: metadata.EntryPoint, plugin: Any, label: Optional[str]) -> None:
+    """An entry point names a module, or an object whose attributes are the
+    @hookimpl functions; a function or a class there is a mistake pluggy would
+    not report (it finds no hookimpls on a function, and a class's methods
+    would be called without ``self``)."""
+    module = ep.value.partition(":")[0]
+    if inspect.isclass(plugin):
+        raise PluginError(name, f"the entry point {name} = {ep.value!r} names the class {plugin.__qualname__}; an entry point "
+                          f"must name a module ({module!r}) or an object holding @hookimpl functions (an instance, "
+                          f"not its class)", label)
+    if inspect.isroutine(plugin):
+        raise PluginError(name, f"the entry point {name} = {ep.value!r} names the function {plugin.__qualname__}; an "
+                          f"entry point must name a module ({module!r}) or an object holding @hookimpl functions", label)
 
 
 _HOOK_NAMES = tuple(sorted(n for n in vars(hookspecs) if n.startswith("sgl_spec_")))

@@ -35,6 +35,8 @@ class Case:
     ndt: Optional[int] = None
     setup: Optional[Callable[[Path], Dict[str, str]]] = None
     """Prepares files under the test's directory; returns environment to set (``{}``: none)."""
+    targets: Dict[str, str] = field(default_factory=dict)
+    """plugin name -> ``module:attr`` its entry point names (default: the module ``<name>_mod``)."""
 
 
 def plugin(body: str) -> str:
@@ -136,6 +138,9 @@ CASES = [
     Case("cap a bool", r"{cfg}: \[algorithms.SBD\] max_tokens_per_req must be a positive integer, got True", "[algorithms.SBD]\nmax_tokens_per_req = true\n"),
     Case("cap a float", r"{cfg}: \[algorithms.SBD\] max_tokens_per_req must be a positive integer, got 8.0", "[algorithms.SBD]\nmax_tokens_per_req = 8.0\n"),
     Case("misspelled cap", r"{cfg}: \[algorithms.SBD\] 'max_token_per_req' looks like a misspelling of the framework key 'max_tokens_per_req'", "[algorithms.SBD]\nmax_token_per_req = 8\n"),
+    Case("cap upper case", r"{cfg}: \[algorithms.SBD\] 'MAX_TOKENS_PER_REQ' looks like a misspelling of the framework key 'max_tokens_per_req'", "[algorithms.SBD]\nMAX_TOKENS_PER_REQ = 8\n"),
+    Case("cap camel case", r"{cfg}: \[algorithms.SBD\] 'maxTokensPerReq' looks like a misspelling of the framework key 'max_tokens_per_req'", "[algorithms.SBD]\nmaxTokensPerReq = 8\n"),
+    Case("cap shortened", r"{cfg}: \[algorithms.SBD\] 'max_tokens' looks like a misspelling of the framework key 'max_tokens_per_req'", "[algorithms.SBD]\nmax_tokens = 8\n"),
     Case("misspelled plugin key", r"{cfg}: \[algorithms.SBD\] 'plugn' looks like a misspelling of the framework key 'plugin'", "[algorithms.SBD]\nplugn = 'sbd'\n"),
     Case("two tables one name", r"{cfg}: \[algorithms.SBD\] names the same algorithm as another table", "[algorithms.sbd]\n[algorithms.SBD]\n"),
     Case("table names unknown plugin", r"{cfg}: \[algorithms.SBD\] plugin: unknown plugin 'sdb' \(installed: dflash_block, sbd\)", "[algorithms.SBD]\nplugin = 'sdb'\n"),
@@ -181,6 +186,12 @@ CASES = [
          {"bad": plugin("class Stop(BaseException):\n    pass\n@hookimpl\ndef sgl_spec_algorithms():\n    raise Stop('no')\n")}),
     Case("BaseException from the draft hook", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: sgl_spec_draft_may_verify\(\) raised bad_mod.Stop: no \(a BaseException", BAD,
          {"bad": with_hook(offers(), "class Stop(BaseException):\n    pass\n@hookimpl\ndef sgl_spec_draft_may_verify(algorithm):\n    raise Stop('no')\n")}),
+    Case("hook argument with a default", r"plugin 'bad' \(bad-drafter==1.0\): sgl_spec_verify_width gives settings a default value; pluggy never passes an argument that has a default, so the hook would always see the default \(e.g. `settings=\{\}` ignores plugins.toml\): remove the default", BAD,
+         {"bad": with_hook(offers(), "@hookimpl\ndef sgl_spec_verify_width(algorithm, num_draft_tokens, settings={}):\n    return settings.get('w', 2) if algorithm == 'BAD' else None\n")}),
+    Case("entry point names a function", r"plugin 'bad' \(bad-drafter==1.0\): the entry point bad = 'bad_mod:sgl_spec_algorithms' names the function sgl_spec_algorithms; an entry point must name a module \('bad_mod'\) or an object holding @hookimpl functions", BAD,
+         {"bad": offers()}, targets={"bad": "bad_mod:sgl_spec_algorithms"}),
+    Case("entry point names a class", r"plugin 'bad' \(bad-drafter==1.0\): the entry point bad = 'bad_mod:Hooks' names the class Hooks; an entry point must name a module \('bad_mod'\) or an object holding @hookimpl functions \(an instance, not its class\)", BAD,
+         {"bad": plugin("class Hooks:\n    @hookimpl\n    def sgl_spec_algorithms(self):\n        return [AlgorithmSpec('BAD', lambda a: object)]\n")}, targets={"bad": "bad_mod:Hooks"}),
     Case("algorithms not a list", r"plugin 'bad' \(bad-drafter==1.0\): sgl_spec_algorithms must return a list of AlgorithmSpec, got 'BAD'", BAD,
          {"bad": algorithms_returning("'BAD'")}),
     Case("algorithms a generator", r"plugin 'bad' \(bad-drafter==1.0\): sgl_spec_algorithms must return a list of AlgorithmSpec, got a generator \(it is consumed once; return a list\)$", BAD,
@@ -275,7 +286,7 @@ def prepare(case: Case, root: Path, site) -> Dict[str, str]:
     """Install the case's distributions into ``site``, write its files under
     ``root`` (the working directory) and return the environment it runs with."""
     for name, source in case.dists.items():
-        site.add(f"{name}-drafter", {name: f"{name}_mod"}, {f"{name}_mod": source})
+        site.add(f"{name}-drafter", {name: case.targets.get(name, f"{name}_mod")}, {f"{name}_mod": source})
     env = dict(case.env)
     if case.setup is not None:
         env.update(case.setup(root))
