@@ -9,9 +9,11 @@ The package: ``pyproject.toml`` (the entry point in the group
 
 from __future__ import annotations
 
+import importlib.util
 import keyword
 import re
 import sys
+from importlib import metadata
 from pathlib import Path
 from typing import Dict
 
@@ -169,7 +171,32 @@ def names(name: str) -> Dict[str, str]:
         raise ValueError(f"{name!r} would make a module named {module!r}, which Python already uses; choose another name")
     if module.upper() in RESERVED_ALGORITHM_NAMES:
         raise ValueError(f"{name!r} would make the algorithm {module.upper()!r}, a built-in SGLang algorithm name; choose another name")
-    return {"dist": module.replace("_", "-"), "module": module, "algorithm": module.upper()}
+    dist = module.replace("_", "-")
+    taken = _taken(dist, module)
+    if taken:
+        raise ValueError(f"{name!r} would make the distribution {dist!r} and the module {module!r}, which {taken}: "
+                         "`pip install -e .` would replace it; choose another name")
+    return {"dist": dist, "module": module, "algorithm": module.upper()}
+
+
+FRAMEWORK_DISTRIBUTIONS = frozenset({
+    "sglang", "sglang-spec-plugins", "sglang-router", "sglang-kernel", "sgl-kernel", "torch", "triton",
+    "flashinfer-python", "pluggy", "packaging", "tomli", "pytest",
+})
+"""What a drafter package runs beside: never a drafter's name, installed here or not."""
+
+
+def _taken(dist: str, module: str) -> str:
+    """Why ``dist``/``module`` is not free (a framework distribution, an
+    installed distribution, an importable module), or ""."""
+    if dist in FRAMEWORK_DISTRIBUTIONS:
+        return "SGLang and sglang-spec-plugins run with"
+    installed = {re.sub(r"[-_.]+", "-", d.metadata["Name"] or "").lower(): d.metadata["Name"] for d in metadata.distributions()}
+    if dist in installed:
+        return f"is already installed here ({installed[dist]})"
+    if importlib.util.find_spec(module) is not None:
+        return "is already importable here"
+    return ""
 
 
 def files(name: str) -> Dict[str, str]:

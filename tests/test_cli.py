@@ -265,6 +265,13 @@ def test_package_and_list_work_without_sglang(tmp_path):
     ("eagle", "'eagle' would make the algorithm 'EAGLE', a built-in SGLang algorithm name"),
     ("import", "'import' would make a module named 'import', which Python already uses"),
     ("json", "'json' would make a module named 'json', which Python already uses"),
+    ("sglang_spec_plugins", "'sglang_spec_plugins' would make the distribution 'sglang-spec-plugins' and the module "
+                            "'sglang_spec_plugins', which SGLang and sglang-spec-plugins run with: `pip install -e .` would replace it"),
+    ("sglang", "'sglang' would make the distribution 'sglang' and the module 'sglang', which SGLang and sglang-spec-plugins run with"),
+    ("sbd-drafter", "'sbd-drafter' would make the distribution 'sbd-drafter' and the module 'sbd_drafter', which is already "
+                    "importable here"),
+    ("hypothesis", "'hypothesis' would make the distribution 'hypothesis' and the module 'hypothesis', which is already "
+                   "installed here (hypothesis)"),
 ])
 def test_new_refuses_names_that_cannot_work(env, tmp_path, name, message):
     out = run("new", name, "--dir", str(tmp_path), env=env)
