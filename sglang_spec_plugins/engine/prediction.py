@@ -13,7 +13,6 @@ from __future__ import annotations
 import importlib
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from ..errors import describe_exception
 from ..plugins import PluginSet
 from .cpu_harness import prepare
 from .probe import probe
@@ -50,8 +49,9 @@ def predict(
         return {"version": found.version, "summary": f"{found.version}: cannot serve plugin algorithms", "lines": reasons,
                 "problems": problems, "backends": {}, "cpu_harness": harness}
 
-    from ..patches.backend_support import KNOWN_BACKENDS, REFUSED, attention_support
-    from .worker_contract import check_worker, contract, overlap_flag_needed
+    from ..patches.backend_support import KNOWN_BACKENDS, attention_support
+    from .startup_check import DRAFT, TARGET, faults
+    from .worker_contract import contract
 
     backends: Dict[str, Dict[str, Dict[str, Dict[str, str]]]] = {}
 
@@ -60,47 +60,31 @@ def predict(
     if attention_backend and known and attention_backend not in known:
         problems.append(f"--attention-backend {attention_backend}: SGLang {found.version} has no such attention backend "
                         f"(it accepts: {', '.join(known)})")
+    named = {TARGET: attention_backend, DRAFT: attention_backend} if attention_backend else {}
     for name, policy in policies.items():
         offered = plugin_set.algorithms[name]
         origin = plugin_set.error(offered.plugin, f"algorithm {name}")
-        flag = overlap_flag_needed(offered.spec.supports_overlap, release)
-        if flag and not disable_overlap:
-            problems.append(f"{origin}: supports_overlap=False: SGLang {found.version} refuses to start it without {flag}")
         for ndt in ndts or [None]:
             try:
                 args = server_args(name, ndt, disable_overlap)
             except Exception as exc:
                 lines.append(f"validate_server_args and worker_factory not run for {name}: ServerArgs could not be built here: {type(exc).__name__}: {exc}")
-                break
-            if ndt is not None and offered.spec.validate_server_args is not None:
-                try:
-                    offered.spec.validate_server_args(args)
-                except KeyboardInterrupt:
-                    raise
-                except BaseException as exc:  # SGLang stops on any exception from the validator
-                    problems.append(f"{origin}: validate_server_args refused --speculative-num-draft-tokens {ndt}: {describe_exception(exc)}")
-            try:
-                worker = offered.spec.worker_factory(args)
-            except KeyboardInterrupt:
-                raise
-            except BaseException as exc:
-                problems.append(f"{origin}: worker_factory raised {describe_exception(exc)}")
-                continue
-            problems += [f"{origin}: {line}" for line in check_worker(worker, release)]
+                args = None
+            # what the loader's start-up check (engine/startup_check) will refuse while SGLang resolves its arguments
+            problems += [f"{origin}: {line}" for line in faults(
+                offered, policy, args, found.version, ndt=ndt, disable_overlap=disable_overlap, backends=named,
+                release=release, validate=ndt is not None and args is not None, factory=args is not None)]
         workers = (False, True) if policy.draft_may_verify() else (False,)
         for ndt in ndts:
             for draft in workers:
                 if (ndt, draft) not in policy.width_cache:
                     continue  # its width was refused: reported already
                 width, shape = policy.width(ndt, draft), offered.spec.verify_shape
-                worker = "draft worker" if draft else "target worker"
+                worker = DRAFT if draft else TARGET
                 for backend in [attention_backend] if attention_backend else KNOWN_BACKENDS:
                     support = attention_support(backend, width, ndt, shape, is_draft_worker=draft)
                     backends.setdefault(name, {}).setdefault(str(ndt), {}).setdefault(worker, {})[backend] = {
                         "verdict": support.verdict, "reason": support.reason}
-                    if attention_backend and support.verdict == REFUSED:
-                        problems.append(f"{origin}: --attention-backend {backend} on the {worker} at width {width} "
-                                        f"({shape}, ndt {ndt}) on SGLang {found.version} is refused: {support.reason}")
     return {"version": found.version, "summary": f"{found.version}: can serve plugin algorithms", "lines": lines,
             "problems": sorted(set(problems), key=problems.index), "backends": backends, "cpu_harness": harness}
 

@@ -15,6 +15,7 @@ from ..plugins import OfferedAlgorithm
 from ..policy import VerifyPolicy
 from ..capabilities import CAPABILITIES
 from .algorithm import _PolicyMethods, spec_class_for, unasked_capabilities
+from . import startup_check
 from .probe import EngineProbe
 
 logger = logging.getLogger("sglang_spec_plugins")
@@ -57,7 +58,7 @@ def register_all(
                 register(
                     offered.name,
                     supports_overlap=offered.spec.supports_overlap,
-                    validate_server_args=offered.spec.validate_server_args,
+                    validate_server_args=startup_check.validator(offered, policy, probe.version),
                     spec_class=spec_class_for(policy, probe, offered.spec.verify_shape, offered.spec.capabilities),
                 )(offered.spec.worker_factory)
             except (TypeError, ValueError) as exc:

@@ -15,7 +15,7 @@ import os
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, Optional, Union
+from typing import Callable, Dict, List, Optional, Union
 
 from dists import PLUGIN_HEADER, simple_plugin
 
@@ -35,6 +35,11 @@ class Case:
     ndt: Optional[int] = None
     setup: Optional[Callable[[Path], Dict[str, str]]] = None
     """Prepares files under the test's directory; returns environment to set (``{}``: none)."""
+    start: Optional[Dict[str, object]] = None
+    """``ServerArgs`` fields: the fault shows when SGLang resolves these server arguments (its own speculative
+    handler calls the algorithm's validate_server_args), before any weights load; ``check`` gets the same as flags."""
+    since: Optional[str] = None
+    """The first SGLang release the case applies to (older ones are skipped)."""
     targets: Dict[str, str] = field(default_factory=dict)
     """plugin name -> ``module:attr`` its entry point names (default: the module ``<name>_mod``)."""
 
@@ -94,6 +99,34 @@ def _dangling(path: Path) -> Path:
     path.symlink_to(path.parent / "nowhere.toml")
     return path
 
+
+def starting(forward: str, returns: str = "Worker", width: Optional[str] = None, validator: Optional[str] = None) -> str:
+    """A plugin whose worker factory returns ``returns`` (default: a class built on worker_base() with
+    ``forward``), with ``supports_overlap=False``, an optional width expression and validator body."""
+    source = plugin(f"""
+        def _validate(args):
+            {validator or "pass"}
+
+        def _factory(server_args):
+            from sglang_spec_plugins.engine.worker_contract import worker_base
+
+            class Worker(worker_base()):
+                def {forward}:
+                    raise NotImplementedError
+
+            return {returns}
+
+        @hookimpl
+        def sgl_spec_algorithms():
+            return [AlgorithmSpec(name="BAD", worker_factory=_factory, validate_server_args=_validate)]
+        """)
+    if width is not None:
+        source += f"\n@hookimpl\ndef sgl_spec_verify_width(algorithm):\n    return {width} if algorithm == 'BAD' else None\n"
+    return source
+
+
+FLAGS = {"speculative_algorithm": "BAD", "speculative_num_draft_tokens": 4, "disable_overlap_schedule": True}
+"""The operator's arguments for the start-up cases (SGLang's names)."""
 
 BAD = "[plugins]\nenable = ['sbd', 'bad']\n"
 SKIPPING = "[plugins]\nenable = ['sbd', 'dflash_block', 'bad']\non_error = 'skip'\n"
@@ -238,6 +271,21 @@ CASES = [
          {"bad": with_hook(offers(), "@hookimpl\ndef sgl_spec_max_verify_width(algorithm):\n    return {'BAD': 16}[algorithm]\n")}),
     Case("name claimed twice", r"plugin 'sbd': the plugin name is claimed by several installed distributions: sbd-drafter==1.0 \(sbd_mod\), sglang-spec-example-sbd==0.1.0 \(sbd_drafter.plugin\); uninstall all but one",
          OK_TOML, {"sbd": offers("SBD2")}),
+    # --- found when SGLang resolves its server arguments, before any weights load (and by check) ---
+    Case("worker forward lacks **kwargs", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: .*Worker.forward_batch_generation\(self, batch\) cannot take what SGLang [0-9.post]+ passes, \(batch, .*\): got an unexpected keyword argument", WIDTH,
+         {"bad": starting("forward_batch_generation(self, batch)")}, start=FLAGS, since="0.5.13"),
+    Case("worker lacks members", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: .*Worker lacks .*which SGLang [0-9.post]+ uses on every speculative worker; build on sglang_spec_plugins.engine.worker_contract.worker_base\(\)", WIDTH,
+         {"bad": offers()}, start=FLAGS),
+    Case("factory returns an instance", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: the worker factory returned <object object at 0x[0-9a-f]+>, not a class; SGLang [0-9.post]+ instantiates what it returns", WIDTH,
+         {"bad": starting("forward_batch_generation(self, batch, **kwargs)", "object()")}, start=FLAGS),
+    Case("factory raises", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: worker_factory raised ModuleNotFoundError: No module named 'flash_attn_not_installed'", WIDTH,
+         {"bad": starting("forward_batch_generation(self, batch, **kwargs)", "__import__('flash_attn_not_installed')")}, start=FLAGS),
+    Case("overlap flag missing", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: supports_overlap=False: SGLang [0-9.post]+ refuses to start it without --disable-overlap-schedule", WIDTH,
+         {"bad": starting("forward_batch_generation(self, batch, **kwargs)")}, start=dict(FLAGS, disable_overlap_schedule=False)),
+    Case("fa3 below ndt", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: --attention-backend fa3 on the target worker at width 2 \(chain, ndt 4\) on SGLang [0-9.post]+ is refused: lays the target worker's TARGET_VERIFY out at speculative_num_draft_tokens", WIDTH,
+         {"bad": starting("forward_batch_generation(self, batch, **kwargs)", width="2")}, start=dict(FLAGS, attention_backend="fa3")),
+    Case("validator AssertionError", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: validate_server_args refused --speculative-num-draft-tokens 4: AssertionError: blocks of 16 only", WIDTH,
+         {"bad": starting("forward_batch_generation(self, batch, **kwargs)", validator="assert args.speculative_num_draft_tokens == 16, 'blocks of 16 only'")}, start=FLAGS),
     # --- widths, checked when SGLang asks at a num_draft_tokens ---
     Case("width zero", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: sgl_spec_verify_width\(num_draft_tokens=16, is_draft_worker=False\) returned 0; it must be an int from 1 to the maximum width 16",
          WIDTH, {"bad": simple_plugin("BAD", width="0")}, ndt=16),
@@ -280,6 +328,31 @@ CASES = [
     Case("width hook exits", r"sgl_spec_verify_width\(num_draft_tokens=8, is_draft_worker=False\) raised SystemExit \(it called sys.exit\(7\)\)", WIDTH,
          {"bad": simple_plugin("BAD", width="__import__('sys').exit(7)")}, ndt=8),
 ]
+
+
+def resolve_server_args(**fields):
+    """SGLang's own ``ServerArgs`` with ``fields``, passed through the release's own speculative-argument
+    handler (``arg_groups/speculative_hook.handle_speculative_decoding``, 0.5.13+; ``ServerArgs.
+    _handle_speculative_decoding`` on 0.5.12.x), where SGLang calls the algorithm's validate_server_args."""
+    import importlib
+
+    from sglang.srt.server_args import ServerArgs
+
+    args = ServerArgs(model_path="dummy", **fields)
+    try:
+        handler = importlib.import_module("sglang.srt.arg_groups.speculative_hook").handle_speculative_decoding
+    except ModuleNotFoundError:
+        handler = args._handle_speculative_decoding.__func__
+    handler(args)
+    return args
+
+
+def check_flags(case: Case) -> List[str]:
+    """The ``check`` flags that say what ``case.start`` or ``case.ndt`` says."""
+    fields = dict(case.start or {})
+    ndt = fields.get("speculative_num_draft_tokens", case.ndt)
+    return ([f"-n{ndt}"] if ndt else []) + (["--disable-overlap-schedule"] if fields.get("disable_overlap_schedule") else []) \
+        + ([f"--attention-backend={fields['attention_backend']}"] if fields.get("attention_backend") else [])
 
 
 def prepare(case: Case, root: Path, site) -> Dict[str, str]:

@@ -10,8 +10,10 @@ import types
 from pathlib import Path
 
 import pytest
+from importlib import metadata
+from packaging.version import Version
 
-from bad_inputs import BAD, CASES, SKIPPING, Case, expected, offers, plugin, prepare, with_hook
+from bad_inputs import BAD, CASES, SKIPPING, Case, check_flags, expected, offers, plugin, prepare, resolve_server_args, with_hook
 from sglang_cpu import reset_plugin_state, run_sglang_plugin_loading
 from sglang_spec_plugins import cli
 from patch_state import assert_untouched, importable_targets, plugin_algorithms
@@ -31,6 +33,8 @@ def case_env(site, tmp_path, monkeypatch):
     monkeypatch.delenv("SGLANG_PLUGINS", raising=False)
 
     def setup(case: Case) -> str:
+        if case.since and Version(metadata.version("sglang")) < Version(case.since):
+            pytest.skip(f"applies from SGLang {case.since}")
         for key, value in prepare(case, tmp_path, site).items():
             monkeypatch.setenv(key, value)
         return expected(case, tmp_path)
@@ -43,6 +47,13 @@ def case_env(site, tmp_path, monkeypatch):
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_sglang_load_plugins_refuses_naming_the_source(case, case_env, patch_targets):
     message = case_env(case)
+    if case.start is not None:  # SGLang resolves its server arguments: our validate_server_args refuses there
+        run_sglang_plugin_loading()
+        with pytest.raises(SpecPluginError) as info:
+            resolve_server_args(**case.start)
+        assert re.search(message, str(info.value)), str(info.value)
+        assert "(found while SGLang resolved its server arguments, before loading any weights)" in str(info.value)
+        return
     if case.ndt is None:
         with pytest.raises(StartupRefused) as info:
             run_sglang_plugin_loading()
@@ -61,7 +72,7 @@ def test_sglang_load_plugins_refuses_naming_the_source(case, case_env, patch_tar
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_check_reports_it(case, case_env, capsys):
     message = case_env(case)
-    argv = ["check", "--json", "--single-process"] + ([f"-n{case.ndt}"] if case.ndt else [])
+    argv = ["check", "--json", "--single-process"] + check_flags(case)
     assert cli.main(argv) == 1
     out = capsys.readouterr()
     report = json.loads(out.out)

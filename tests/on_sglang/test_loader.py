@@ -138,7 +138,8 @@ def test_bad_width_is_refused_when_sglang_hands_over_server_args(sglang_loaded, 
     with pytest.raises(PluginError, match=r"plugin 'wide' \(wide-drafter==1.0\): algorithm WIDE: sgl_spec_verify_width\(num_draft_tokens=4, is_draft_worker=False\) returned 8; it must be an int from 1 to the maximum width 4"):
         wide.handle_server_args(types.SimpleNamespace(speculative_num_draft_tokens=4))
     block = spec_algorithm().from_string("DFLASH_BLOCK")
-    with pytest.raises(ValueError, match="DFLASH_BLOCK verifies blocks of 16"):
+    with pytest.raises(PluginError, match=r"plugin 'dflash_block' \(sglang-spec-example-dflash-block==0.1.0\): algorithm "
+                       r"DFLASH_BLOCK: validate_server_args refused --speculative-num-draft-tokens 8: ValueError: DFLASH_BLOCK verifies blocks of 16"):
         block.validate_server_args(types.SimpleNamespace(speculative_num_draft_tokens=8))
     block.handle_server_args(types.SimpleNamespace(speculative_num_draft_tokens=16))
 

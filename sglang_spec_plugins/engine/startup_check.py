@@ -1,0 +1,148 @@
+"""What SGLang would meet late, found while it resolves its server arguments.
+
+SGLang's scheduler calls an algorithm's ``create_worker`` (the overlap rule,
+the worker factory) only after the target model's weights are loaded, and
+builds the attention backends after that; a worker class that does not fit
+the release, a factory that returns an instance or raises, a missing
+``--disable-overlap-schedule`` or a refused attention backend would be found
+there, on a GPU, minutes into start-up. The earliest per-algorithm point
+SGLang offers is the ``validate_server_args`` it calls while it resolves its
+server arguments, before any process loads weights: from
+``ServerArgs.__post_init__`` on 0.5.12.x and from
+``arg_groups/speculative_hook.handle_speculative_decoding`` on 0.5.13-0.5.23
+(0.5.23 hands it a recording view of the arguments). (``handle_server_args``
+comes later and is never called on 0.5.12-0.5.13.)
+
+The loader registers :func:`validator` there for every plugin algorithm: it
+runs the plugin's own validator and then :func:`faults`, and stops SGLang
+with a :class:`PluginError` naming plugin, distribution, algorithm and hook.
+``check`` asks the same :func:`faults` (``engine/prediction.py``), so what
+``check`` finds the server finds before the weights load.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, Mapping, Optional
+
+from ..errors import describe_exception
+from ..plugins import OfferedAlgorithm
+from ..policy import VerifyPolicy
+
+TARGET, DRAFT = "target worker", "draft worker"
+
+
+def verify_backends(server_args: Any) -> Dict[str, str]:
+    """The attention backend each worker runs TARGET_VERIFY through, as the
+    operator named it (``{}`` where none is named: SGLang picks one later, and
+    the loader's gate judges it when it is built). SGLang's hybrid backend
+    sends TARGET_VERIFY to the decode backend when
+    ``speculative_attention_mode`` is "decode", else to the prefill backend;
+    each falls back to ``attention_backend``; the draft worker uses
+    ``speculative_draft_attention_backend`` where given."""
+    common = getattr(server_args, "attention_backend", None)
+    mode = getattr(server_args, "speculative_attention_mode", None) or "prefill"
+    target = getattr(server_args, f"{mode}_attention_backend", None) or common
+    draft = getattr(server_args, "speculative_draft_attention_backend", None) or target
+    return {worker: name for worker, name in ((TARGET, target), (DRAFT, draft)) if name}
+
+
+def faults(offered: OfferedAlgorithm, policy: VerifyPolicy, server_args: Any, version: str, *,
+           ndt: Optional[int], disable_overlap: bool, backends: Mapping[str, str], release: Any = None,
+           validate: bool = True, factory: bool = True) -> List[str]:
+    """Everything SGLang would refuse about this algorithm with these
+    arguments, one line each, without the plugin's name, in SGLang's order:
+    the plugin's ``validate_server_args`` (any exception, ``AssertionError``
+    included; SGLang stops there), the overlap rule, the worker factory's
+    result against the release's worker contract, and the attention
+    ``backends`` (worker -> ``--attention-backend`` name) at the plugin's
+    widths at ``ndt`` (those ``policy`` has resolved: resolving them is the
+    caller's step, since a width fault is a PluginError of its own).
+    ``validate``/``factory`` False skip the validator/the factory (``check``
+    without arguments to hand them). Raises nothing a plugin causes."""
+    from .worker_contract import contract
+
+    release = release or contract()
+    refused = validator_fault(offered, server_args, ndt) if validate else None
+    if refused:
+        return [refused]
+    found = overlap_faults(offered, version, disable_overlap, release)
+    if factory:
+        found += factory_faults(offered, server_args, release)
+    return found + backend_faults(offered, policy, version, ndt, backends)
+
+
+def validator_fault(offered: OfferedAlgorithm, server_args: Any, ndt: Optional[int]) -> Optional[str]:
+    """What the plugin's own ``validate_server_args`` raised, or None."""
+    if offered.spec.validate_server_args is None:
+        return None
+    try:
+        offered.spec.validate_server_args(server_args)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # SGLang stops on any exception from the validator
+        return f"validate_server_args refused --speculative-num-draft-tokens {ndt}: {describe_exception(exc)}"
+    return None
+
+
+def overlap_faults(offered: OfferedAlgorithm, version: str, disable_overlap: bool, release: Any) -> List[str]:
+    """SGLang's ``create_worker`` refusal of ``supports_overlap=False`` without the flag (read off the release)."""
+    from .worker_contract import overlap_flag_needed
+
+    flag = overlap_flag_needed(offered.spec.supports_overlap, release)
+    if flag and not disable_overlap:
+        return [f"supports_overlap=False: SGLang {version} refuses to start it without {flag}"]
+    return []
+
+
+def factory_faults(offered: OfferedAlgorithm, server_args: Any, release: Any) -> List[str]:
+    """What SGLang's ``create_worker`` and scheduler would meet in the worker factory's result."""
+    from .worker_contract import check_worker
+
+    try:
+        worker = offered.spec.worker_factory(server_args)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:
+        return [f"worker_factory raised {describe_exception(exc)}"]
+    return check_worker(worker, release)
+
+
+def backend_faults(offered: OfferedAlgorithm, policy: VerifyPolicy, version: str, ndt: Optional[int],
+                   backends: Mapping[str, str]) -> List[str]:
+    """The named attention backends that refuse the plugin's resolved width at ``ndt``."""
+    from ..patches.backend_support import REFUSED, attention_support
+
+    found: List[str] = []
+    for worker_name, backend in backends.items():
+        draft = worker_name == DRAFT
+        if ndt is None or (draft and not policy.draft_may_verify()) or (ndt, draft) not in policy.width_cache:
+            continue  # no width, a draft worker that never verifies, or a width already refused
+        width, shape = policy.width(ndt, draft), offered.spec.verify_shape
+        support = attention_support(backend, width, ndt, shape, is_draft_worker=draft)
+        if support.verdict == REFUSED:
+            found.append(f"--attention-backend {backend} on the {worker_name} at width {width} ({shape}, ndt {ndt}) "
+                         f"on SGLang {version} is refused: {support.reason}")
+    return found
+
+
+def validator(offered: OfferedAlgorithm, policy: VerifyPolicy, version: str) -> Callable[[Any], None]:
+    """The ``validate_server_args`` the loader registers for ``offered``: the
+    plugin's validator, the widths at the configured ndt, then the rest of
+    :func:`faults` on SGLang's own arguments; one PluginError naming the
+    plugin, its distribution and the algorithm lists what it found."""
+
+    def validate_server_args(server_args: Any) -> None:
+        ndt = getattr(server_args, "speculative_num_draft_tokens", None)
+        refused = validator_fault(offered, server_args, ndt)
+        if refused is None and ndt is not None:
+            policy.validate(ndt)  # a width fault raises its own PluginError
+        found = [refused] if refused else faults(
+            offered, policy, server_args, version, ndt=ndt, validate=False,
+            disable_overlap=bool(getattr(server_args, "disable_overlap_schedule", False)),
+            backends=verify_backends(server_args))
+        if found:
+            raise policy._fault("; ".join(found) + " (found while SGLang resolved its server arguments, before "
+                                "loading any weights)")
+
+    validate_server_args.plugin_validator = offered.spec.validate_server_args  # what the plugin itself gave
+    return validate_server_args
