@@ -136,7 +136,8 @@ README = '''\
 # {dist}
 
 The `{algorithm}` speculative-decoding drafter for SGLang, as a
-[sglang-spec-plugins](https://pypi.org/project/sglang-spec-plugins/) plugin
+sglang-spec-plugins plugin (install sglang-spec-plugins from its source tree or a wheel built from it:
+it has no PyPI release yet)
 (entry point `{module}` in the group `sglang_spec_plugins`).
 
 ## What you supply

@@ -7,6 +7,33 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from dists import make_dist  # noqa: E402
 
+NEEDS = "SGLang and torch (the CPU harness: examples/quickstart.sh) and the two example drafters"
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", f"sglang: needs {NEEDS}; deselect with -m 'not sglang', skipped where absent")
+
+
+def _sglang_environment() -> bool:
+    import importlib.util
+    from importlib import metadata
+
+    plugins = {ep.name for ep in metadata.entry_points(group="sglang_spec_plugins")}
+    return all(importlib.util.find_spec(m) is not None for m in ("sglang", "torch")) and {"sbd", "dflash_block"} <= plugins
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests under on_sglang/ and those marked ``sglang`` need SGLang's environment: skipped, saying so, where
+    it is absent (``-m "not sglang"`` leaves them out: the SGLang-free tests)."""
+    ready = None
+    for item in items:
+        if "on_sglang" in item.path.parts:
+            item.add_marker(pytest.mark.sglang)
+        if item.get_closest_marker("sglang") is not None:
+            ready = _sglang_environment() if ready is None else ready
+            if not ready:
+                item.add_marker(pytest.mark.skip(reason=f"needs {NEEDS}"))
+
 
 @pytest.fixture
 def site(tmp_path, monkeypatch):

@@ -27,6 +27,7 @@ def env(tmp_path):
     return environ
 
 
+@pytest.mark.sglang
 def test_list_json_shows_example_hooks_with_distribution_and_version(env):
     out = run("list", "--json", env=env)
     assert out.returncode == 0, out.stderr
@@ -42,6 +43,7 @@ def test_list_json_shows_example_hooks_with_distribution_and_version(env):
     assert (data["algorithms"]["SBD"]["verify_shape"], data["algorithms"]["SBD"]["capabilities"]) == ("chain", {})
 
 
+@pytest.mark.sglang
 def test_list_text(env):
     out = run("list", env=env)
     assert out.returncode == 0
@@ -49,6 +51,7 @@ def test_list_text(env):
     assert "SBD              plugin sbd (sglang-spec-example-sbd==0.1.0), overlap=False" in out.stdout
 
 
+@pytest.mark.sglang
 def test_check_good_file_resolves_widths(env):
     out = run("check", str(ROOT / "plugins.toml"), "-n", "16", "--disable-overlap-schedule", "--json", env=env)
     data = json.loads(out.stdout)
@@ -72,6 +75,7 @@ def test_check_lists_every_problem_and_fails(env, tmp_path):
     assert f"error: {bad}: [algorithms.EAGLE] 'EAGLE' is a built-in SGLang algorithm name" in out.stderr
 
 
+@pytest.mark.sglang
 def test_check_reports_bad_widths(env, tmp_path):
     cfg = tmp_path / "narrow.toml"
     cfg.write_text("[algorithms.SBD]\nmax_tokens_per_req = 16\nverify_width = 32\n")
@@ -81,6 +85,7 @@ def test_check_reports_bad_widths(env, tmp_path):
             "sgl_spec_verify_width(num_draft_tokens=16, is_draft_worker=False) returned 32") in out.stderr
 
 
+@pytest.mark.sglang
 def test_check_predicts_sglangs_refusals(env, tmp_path):
     """The release's overlap rule and the algorithm's own validator, as SGLang applies them."""
     out = run("check", str(ROOT / "plugins.toml"), "-n", "8", "--json", env=env)
@@ -90,6 +95,7 @@ def test_check_predicts_sglangs_refusals(env, tmp_path):
                "ValueError: DFLASH_BLOCK verifies blocks of 16" in p for p in problems), problems
 
 
+@pytest.mark.sglang
 def test_check_says_which_attention_backend_refuses_the_width(env):
     """SBD verifies 8 tokens at ndt 16: FA3 lays the target worker out at ndt."""
     out = run("check", str(ROOT / "plugins.toml"), "-n", "16", "--disable-overlap-schedule", "--attention-backend", "fa3", "--json", env=env)
@@ -151,6 +157,7 @@ CPU_HARNESS = ("CPU harness: torch {torch} has no GPU, so SGLang was imported wi
                "SGLang source, no kernel ran")
 
 
+@pytest.mark.sglang
 def test_check_in_the_quickstart_venv_gives_sglang_verdicts(env):
     """What a newcomer runs after examples/quickstart.sh: plain `check`, fresh-process comparison included,
     SGLang's verdicts read on the CPU harness, and the output says so."""
@@ -165,6 +172,7 @@ def test_check_in_the_quickstart_venv_gives_sglang_verdicts(env):
     assert out.stdout.rstrip().endswith("ok")
 
 
+@pytest.mark.sglang
 def test_doctor_in_the_quickstart_venv(env):
     import torch
     from importlib import metadata
@@ -178,6 +186,7 @@ def test_doctor_in_the_quickstart_venv(env):
     assert data["would_register"] == ["DFLASH_BLOCK", "SBD"]
 
 
+@pytest.mark.sglang
 def test_doctor_reports_a_broken_sglang_install(env, tmp_path):
     """An SGLang whose speculative modules do not import: doctor says why, not "no"."""
     (tmp_path / "sitecustomize.py").write_text("import sys\nsys.modules['sglang.srt.speculative.spec_info'] = None\n")
@@ -196,6 +205,7 @@ def test_check_num_draft_tokens_below_one_is_a_usage_error(env, value):
     assert ("is not a speculative_num_draft_tokens: it must be 1 or more" if value != "x" else "'x' is not an integer") in out.stderr
 
 
+@pytest.mark.sglang
 def test_check_flags_an_unknown_attention_backend(env):
     out = run("check", "-n", "16", "--disable-overlap-schedule", "--attention-backend", "fa5", "--single-process", "--json", env=env)
     data = json.loads(out.stdout)
@@ -204,6 +214,7 @@ def test_check_flags_an_unknown_attention_backend(env):
         f"--attention-backend fa5: SGLang {data['sglang']['version']} has no such attention backend (it accepts: ")
 
 
+@pytest.mark.sglang
 def test_check_prints_no_draft_width_where_the_draft_worker_may_not_verify(env):
     out = run("check", "-n", "16", "--disable-overlap-schedule", "--single-process", env=env)
     assert "algorithm SBD (plugin sbd): draft-may-verify=False; ndt=16: target 8, max 16" in out.stdout
@@ -223,6 +234,7 @@ def test_output_of_plugins_and_sglang_at_import_stays_off_json(env, tmp_path):
         assert "hello from loud_mod" in out.stderr
 
 
+@pytest.mark.sglang
 def test_doctor_says_when_sglang_will_not_start_the_loader(env):
     env["SGLANG_PLUGINS"] = "some_other_plugin"
     out = run("doctor", "--json", env=env)
@@ -232,6 +244,7 @@ def test_doctor_says_when_sglang_will_not_start_the_loader(env):
             "so no plugin algorithm is registered; add it to the list") in data["problems"]
 
 
+@pytest.mark.sglang
 def test_doctor_fingerprint_is_the_same_in_every_process(env):
     prints = {json.loads(run("doctor", "--json", env=env).stdout)["fingerprint"] for _ in range(2)}
     assert len(prints) == 1 and len(next(iter(prints))) == 16
@@ -241,7 +254,13 @@ def test_package_and_list_work_without_sglang(tmp_path):
     """No SGLang and no torch on the path: only this package, pluggy and a plugin."""
     lib = tmp_path / "lib"
     lib.mkdir()
-    for module in (pluggy,):
+    if sys.version_info < (3, 11):  # the package's one other dependency there; -S hides site-packages
+        import tomli
+
+        modules = (pluggy, tomli)
+    else:
+        modules = (pluggy,)
+    for module in modules:
         src = Path(module.__file__).parent
         shutil.copytree(src, lib / src.name)
     shutil.copytree(ROOT / "sglang_spec_plugins", lib / "sglang_spec_plugins")
@@ -268,8 +287,8 @@ def test_package_and_list_work_without_sglang(tmp_path):
     ("sglang_spec_plugins", "'sglang_spec_plugins' would make the distribution 'sglang-spec-plugins' and the module "
                             "'sglang_spec_plugins', which SGLang and sglang-spec-plugins run with: `pip install -e .` would replace it"),
     ("sglang", "'sglang' would make the distribution 'sglang' and the module 'sglang', which SGLang and sglang-spec-plugins run with"),
-    ("sbd-drafter", "'sbd-drafter' would make the distribution 'sbd-drafter' and the module 'sbd_drafter', which is already "
-                    "importable here"),
+    ("iniconfig", "'iniconfig' would make the distribution 'iniconfig' and the module 'iniconfig', which is already "
+                  "installed here (iniconfig)"),
     ("hypothesis", "'hypothesis' would make the distribution 'hypothesis' and the module 'hypothesis', which is already "
                    "installed here (hypothesis)"),
 ])

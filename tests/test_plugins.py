@@ -1,6 +1,7 @@
 """Discovery through real entry points: selection, contract validation, ownership."""
 
 import pytest
+from importlib import metadata
 
 from dists import PLUGIN_HEADER, simple_plugin
 from sglang_spec_plugins import config
@@ -52,11 +53,13 @@ def test_unknown_plugin_names(two, write_toml, monkeypatch):
 
 
 def test_unknown_algorithm_and_wrong_owner(two, write_toml):
+    two.add("omega-drafter", {"omega": "omega_mod"}, {"omega_mod": simple_plugin("OMEGA")})  # installed, not enabled below
     base = "[plugins]\nenable = ['alpha', 'beta']\n"
     with pytest.raises(ConfigError, match=r"plugins.toml: \[algorithms.GAMMA\]: unknown algorithm; no installed plugin offers it"):
         discover(cfg(write_toml, "[algorithms.gamma]\n"))  # every installed plugin loaded: nobody offers it
     narrowed = discover(cfg(write_toml, base + "[algorithms.gamma]\n"))  # a plugin left out may offer it
-    assert narrowed.notes == (f"{write_toml('x').parent / 'plugins.toml'}: [algorithms.GAMMA] is inert: no loaded plugin offers it (not loaded: dflash_block, sbd)",)
+    others = sorted({ep.name for ep in metadata.entry_points(group="sglang_spec_plugins")} - {"alpha", "beta"})
+    assert narrowed.notes == (f"{write_toml('x').parent / 'plugins.toml'}: [algorithms.GAMMA] is inert: no loaded plugin offers it (not loaded: {', '.join(others)})",)
     with pytest.raises(ConfigError, match=r"\[algorithms.ALPHA\] plugin: plugin 'beta' does not offer ALPHA \(offered by: alpha\)"):
         discover(cfg(write_toml, base + "[algorithms.ALPHA]\nplugin = 'beta'\n"))
     with pytest.raises(ConfigError, match=r"\[algorithms.ALPHA\] plugin: unknown plugin 'zeta'"):

@@ -10,6 +10,8 @@ import pytest
 
 import releases
 
+pytestmark = pytest.mark.sglang  # runs SGLang 0.5.10.post1 and 0.5.11 from .sglang/ with torch
+
 ROOT = Path(__file__).resolve().parent.parent
 PRELUDE = "from sglang_spec_plugins.testing.cpu import install_stand_ins; install_stand_ins()\n"
 
