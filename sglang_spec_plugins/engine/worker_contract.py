@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from typing import Iterable, List, Optional, Tuple
 
 from .probe import installed_version, method_source, source_file
-from .worker_reads import WorkerRead, worker_reads
+from .worker_reads import WorkerRead, parsed, worker_reads
 
 SCHEDULER = "sglang.srt.managers.scheduler"
 BASE_MODULE = "sglang.srt.speculative.base_spec_worker"
@@ -101,7 +101,9 @@ def overlap_flag_needed(supports_overlap: bool, found: WorkerContract) -> Option
 
 def check_worker(worker_cls: object, found: WorkerContract) -> List[str]:
     """Why ``worker_cls`` does not fit the release ``found`` describes; empty
-    when it fits. Each line names the member or keyword and the release."""
+    when it fits. Each line names the member or keyword and the release, and
+    for a member SGLang reads (at any depth: ``draft_worker.draft_runner``)
+    the file and line that read it."""
     where = f"SGLang {found.release}"
     if not isinstance(worker_cls, type):
         return [f"the worker factory returned {worker_cls!r}, not a class; {where} instantiates what it returns"]
@@ -154,15 +156,17 @@ def _unanswered_paths(worker_cls: type, found: WorkerContract, assigned: dict) -
     """The nested paths SGLang reads (``draft_worker.draft_runner.token_to_kv_pool``)
     that the class does not answer, judged on an instance made without
     running its constructor: a member that needs the constructor is taken
-    from a ``self.name = None`` there, or else not judged."""
+    from a ``self.name = None`` there, or else not judged. A None is fine
+    where SGLang checks for it before reading further."""
     try:
         bare = object.__new__(worker_cls)
     except TypeError:  # abstract: reported above
         return []
-    problems, seen = [], set()
-    for read in found.required_reads:
+    problems: List[str] = []
+    reported = set()
+    for read in found.worker_reads:
         head, *rest = read.path.split(".")
-        if not rest or "[" in read.path or head in seen:
+        if read.optional or not rest or "[" in read.path or head in reported:
             continue
         try:
             value = getattr(bare, head)
@@ -172,8 +176,10 @@ def _unanswered_paths(worker_cls: type, found: WorkerContract, assigned: dict) -
             value = None
         for depth, name in enumerate(rest):
             answered = ".".join([head, *rest[:depth]])
+            if value is None and answered in read.checked:
+                break
             if value is None or not hasattr(value, name):
-                seen.add(head)
+                reported.add(head)
                 what = "is None" if value is None else f"({type(value).__name__}) has no {name}"
                 problems.append(f"{worker_cls.__name__}.{answered} {what}, but SGLang {found.release} reads "
                                 f"{read.path} off every speculative worker but NGRAM ({read.where}); build on "
@@ -229,7 +235,7 @@ def contract() -> WorkerContract:
 
 def _parse(module_name: str) -> Optional[ast.Module]:
     path = source_file(module_name)
-    return None if path is None else ast.parse(path.read_text(encoding="utf-8"))
+    return None if path is None else parsed(path)
 
 
 def _top_class(tree: Optional[ast.Module], name: str) -> Optional[ast.ClassDef]:
@@ -330,7 +336,7 @@ def _scheduler_modules() -> Tuple[ast.Module, ...]:
     path = source_file(SCHEDULER)
     if path is None:
         return ()
-    return tuple(ast.parse(p.read_text(encoding="utf-8")) for p in sorted(path.parent.rglob("*.py")))
+    return tuple(parsed(p) for p in sorted(path.parent.rglob("*.py")))
 
 
 def _draft_worker_reads() -> set:

@@ -129,3 +129,28 @@ def test_a_forward_without_a_signature_is_not_a_crash():
         forward_batch_generation = Odd()
 
     assert check_worker(OddForward, contract()) == []
+
+
+def _readme_row(release):
+    """The README's draft_worker row whose release range holds ``release``: (members, unchecked)."""
+    from pathlib import Path
+
+    from packaging.version import Version
+
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    table = text.split("| SGLang | members read under `draft_worker` |")[1].split("\n\n")[0]
+    for row in table.splitlines()[2:]:
+        span, members, unchecked = [cell.strip() for cell in row.strip("|").split("|")]
+        first, _, last = span.partition("-")
+        if Version(first) <= Version(release) <= Version(last or first):
+            names = lambda cell: set(cell.replace("`", "").split(", ")) - {"none", ""}
+            return names(members), (names(members) if unchecked == "all" else names(unchecked))
+    raise AssertionError(f"no README row for {release}")
+
+
+def test_the_readme_draft_worker_table_matches_the_release():
+    found = contract()
+    members = {path.split(".", 1)[1] for path in found.draft_worker_members}
+    unchecked = {read.path.split(".", 1)[1] for read in found.worker_reads
+                 if not read.optional and read.path.startswith("draft_worker.") and "draft_worker" not in read.checked}
+    assert _readme_row(RELEASE) == (members, unchecked)

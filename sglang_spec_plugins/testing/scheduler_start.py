@@ -1,0 +1,141 @@
+"""Start SGLang's real ``Scheduler`` on a CPU with a plugin algorithm's worker.
+
+``python -m sglang_spec_plugins.testing.scheduler_start ALGORITHM [--worker
+module:Class]`` loads the plugins through SGLang's own ``load_plugins()``,
+publishes the server arguments where SGLang's ``run_scheduler_process`` does,
+and runs the installed release's whole ``Scheduler.__init__``: the real
+``TpModelWorker`` (a two-layer random Llama made here, ``load_format=dummy``,
+``device=cpu``, torch.distributed over gloo, its real KV pools), then
+``create_worker`` and the plugin's worker, the memory pools, attention
+backends and graphs of both workers, the KV-cache builder, HiCache draft
+registration, disaggregation, weight updater, metrics and the rest, as a
+server does before its first request. ``--worker`` replaces the algorithm's
+factory with one returning that class. It prints one JSON line: ``started``
+and what the scheduler holds, or the exception and the SGLang frames it
+went through.
+
+One process per start: ``Scheduler.__init__`` sets up torch.distributed,
+ZMQ sockets and a watchdog thread once per process. Stand-ins: only the GPU
+kernel packages of :data:`KERNEL_PACKAGES` (``cpu.absent_kernel_package``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import json
+import os
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+TINY_LLAMA = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 256,
+    "max_position_embeddings": 512, "rms_norm_eps": 1e-6, "torch_dtype": "float32",
+    "bos_token_id": 1, "eos_token_id": 2,
+}
+
+
+KERNEL_PACKAGES = {"vllm": ("_custom_ops",), "sgl_kernel": ("kvcacheio",)}
+"""GPU kernel packages SGLang imports (never calls, here) on the way:
+``vllm._custom_ops`` by the rotary embedding on a machine that is neither
+CUDA nor a CPU-engine build, ``sgl_kernel.kvcacheio`` by the host memory pool
+up to 0.5.12. Stand-ins only where the package is not installed."""
+
+
+def start(algorithm: str, worker: Optional[str] = None, ndt: int = 4) -> Dict[str, Any]:
+    """Run ``Scheduler.__init__`` in this process (see the module doc)."""
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # SGLang's Triton kernels (KV-pool warm-up) run interpreted
+    from .cpu import absent_kernel_package, install_stand_ins, run_sglang_plugin_loading
+
+    install_stand_ins()
+    for package, submodules in KERNEL_PACKAGES.items():
+        if importlib.util.find_spec(package) is None:
+            absent_kernel_package(_SysModules(), package, *submodules)
+    run_sglang_plugin_loading()
+
+    from sglang.srt.server_args import PortArgs, ServerArgs
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    algo = SpeculativeAlgorithm.from_string(algorithm)
+    if worker is not None:
+        module, _, name = worker.partition(":")
+        cls = getattr(importlib.import_module(module), name)
+        algo.factory = lambda server_args: cls
+    model = Path(tempfile.mkdtemp(prefix="tiny-llama-"))
+    (model / "config.json").write_text(json.dumps(TINY_LLAMA))
+    fields = dict(model_path=str(model), load_format="dummy", device="cpu", skip_tokenizer_init=True,
+                  speculative_algorithm=algorithm, speculative_num_draft_tokens=ndt,
+                  disable_overlap_schedule=not getattr(algo, "supports_overlap", False),
+                  max_total_tokens=2048, disable_cuda_graph=True, disable_piecewise_cuda_graph=True)
+    known = set(inspect.signature(ServerArgs).parameters)  # graph flags differ by release
+    args = ServerArgs(**{name: value for name, value in fields.items() if name in known})
+    port_args = PortArgs.init_new(args)
+    _publish(args)
+
+    from sglang.srt.managers.scheduler import Scheduler
+
+    ranks = {name: (None if name == "dp_rank" else 0)
+             for name in list(inspect.signature(Scheduler.__init__).parameters)[3:]}
+    try:
+        scheduler = Scheduler(args, port_args, **ranks)
+    except Exception as exc:
+        return {"started": False, "error": f"{type(exc).__name__}: {exc}", "frames": _sglang_frames(exc)}
+    spec = scheduler.draft_worker
+    return {
+        "started": True,
+        "target_worker": type(scheduler.tp_worker).__name__,
+        "spec_worker": f"{type(spec).__module__}.{type(spec).__qualname__}",
+        "model_worker_is_spec_worker": scheduler.model_worker is spec,
+        "max_total_num_tokens": scheduler.max_total_num_tokens,
+        "tree_cache": type(scheduler.tree_cache).__name__,
+    }
+
+
+class _SysModules:
+    """``absent_kernel_package`` sets its modules through this (for the whole process)."""
+
+    @staticmethod
+    def setitem(mapping, key, value):
+        mapping[key] = value
+
+
+def _publish(args) -> None:
+    """What ``run_scheduler_process`` publishes before it makes the Scheduler
+    (0.5.19+: ``runtime_context.publish``; earlier releases publish nothing
+    there, the target's ``ModelRunner`` sets the global server args)."""
+    try:
+        from sglang.srt.runtime_context import publish
+    except ImportError:
+        return
+    extra = {}
+    if "ranks" in inspect.signature(publish).parameters:
+        from sglang.srt.runtime_context import SpawnRanks
+
+        extra["ranks"] = SpawnRanks(world_rank=0, dp_rank=None, gpu_id=0)
+    publish(args, role="scheduler", **extra)
+
+
+def _sglang_frames(exc: BaseException) -> List[str]:
+    """``file:line function`` of each frame of the traceback inside ``sglang/srt``."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    return [f"{Path(f.filename).as_posix().split('sglang/srt/')[-1]}:{f.lineno} {f.name}"
+            for f in frames if "sglang/srt/" in Path(f.filename).as_posix()]
+
+
+def main(argv: List[str]) -> int:
+    algorithm, worker = argv[0], None
+    if len(argv) > 2 and argv[1] == "--worker":
+        worker = argv[2]
+    result = start(algorithm, worker)
+    print(json.dumps(result), flush=True)
+    sys.stdout.flush()
+    os._exit(0)  # the scheduler's threads and sockets would keep the process alive
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
