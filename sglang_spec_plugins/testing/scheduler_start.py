@@ -9,7 +9,8 @@ and runs the installed release's whole ``Scheduler.__init__``: the real
 ``create_worker`` and the plugin's worker, the memory pools, attention
 backends and graphs of both workers, the KV-cache builder, HiCache draft
 registration, disaggregation, weight updater, metrics and the rest, as a
-server does before its first request. ``--worker`` replaces the algorithm's
+server does before its first request (CUDA graphs off: there is no CUDA;
+the graph-capture steps run and capture nothing). ``--worker`` replaces the algorithm's
 factory with one returning that class. It prints one JSON line: ``started``
 and what the scheduler holds, or the exception and the SGLang frames it
 went through.
@@ -26,6 +27,7 @@ import importlib.util
 import inspect
 import json
 import os
+import shutil
 import sys
 import tempfile
 import traceback
@@ -85,6 +87,8 @@ def start(algorithm: str, worker: Optional[str] = None, ndt: int = 4) -> Dict[st
         scheduler = Scheduler(args, port_args, **ranks)
     except Exception as exc:
         return {"started": False, "error": f"{type(exc).__name__}: {exc}", "frames": _sglang_frames(exc)}
+    finally:
+        shutil.rmtree(model, ignore_errors=True)
     spec = scheduler.draft_worker
     return {
         "started": True,

@@ -7,7 +7,8 @@ on a two-layer random Llama with torch.distributed over gloo and its real KV
 pools, ``create_worker`` and the plugin's worker, both workers' memory pools,
 attention backends and graphs, the KV-cache builder, HiCache draft
 registration, ``init_disaggregation``, the weight updater, metrics and the
-rest; nothing of ``__init__`` is skipped). Stand-in: only the GPU kernel
+rest; nothing of ``__init__`` is skipped, though with CUDA graphs off, as a
+CPU has no CUDA, its graph-capture steps capture nothing). Stand-in: only the GPU kernel
 package ``vllm._custom_ops``, imported (never called) by the rotary embedding.
 
 The crash class of issue 14: SGLang 0.5.12-0.5.20 read
