@@ -18,6 +18,7 @@ algorithm but NGRAM; a worker whose ``draft_worker`` is None (what
 must say so before a server is started.
 """
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -54,6 +55,8 @@ def workers(tmp_path, monkeypatch):
 
 
 def _start(folder, worker):
+    if importlib.util.find_spec("setproctitle") is None:  # SGLang's scheduler imports it at its top
+        pytest.fail("setproctitle is not installed: pip install -r tests/requirements-sglang-cpu.txt")
     env = dict(os.environ, SGLANG_SPEC_PLUGINS_CONFIG=str(folder / "plugins.toml"),
                PYTHONPATH=os.pathsep.join([str(folder), *sys.path]))
     env.pop("SGLANG_SPEC_PLUGINS", None)
