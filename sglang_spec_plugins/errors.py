@@ -64,6 +64,14 @@ def type_name(value: Any) -> str:
     return kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
 
 
+def show(value: Any) -> str:
+    """``repr(value)`` of something a plugin returned, or a placeholder when its ``__repr__`` raises."""
+    try:
+        return repr(value)
+    except Exception:
+        return f"<{type_name(value)} object>"
+
+
 def describe_exception(exc: BaseException) -> str:
     """How a message names an exception a plugin raised."""
     if isinstance(exc, SystemExit):

@@ -14,20 +14,22 @@ Selection: plugins.toml ``[plugins] enable`` (absent: all installed) minus
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import inspect
 import os
+import re
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Collection, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import pluggy
 
 from . import config as config_mod
 from . import hookspecs
 from .config import RESERVED_ALGORITHM_NAMES, AlgorithmConfig, Config, valid_algorithm_name
-from .errors import ConfigError, PluginError, describe_exception
+from .errors import ConfigError, PluginError, describe_exception, show, type_name
 
 ENTRY_POINT_GROUP = hookspecs.PROJECT_NAME
 ALLOW_ENV = "SGLANG_SPEC_PLUGINS"
@@ -217,7 +219,7 @@ def discover(
 
     loaded = {i.name for i in infos}
     notes: List[str] = []
-    algorithms = _match_algorithms(config, offered, set(by_name), loaded, problems, notes)
+    algorithms = _match_algorithms(config, offered, by_name, loaded, problems, notes)
     if problems:
         raise ConfigError(problems)
     return PluginSet(pm, infos, algorithms, failures, config, notes)
@@ -241,11 +243,10 @@ def _provider(ep: metadata.EntryPoint) -> str:
 
 
 def _select(config: Config, installed: Sequence[str], environ: Mapping[str, str], problems: List[str]) -> List[str]:
-    known = ", ".join(installed) or "none"
     for key, names in (("enable", config.enable or ()), ("disable", config.disable)):
         for name in names:
             if name not in installed:
-                problems.append(f"{config.origin}: [plugins] {key}: unknown plugin {name!r} (installed: {known})")
+                problems.append(f"{config.origin}: [plugins] {key}: unknown plugin {name!r} ({_nearest(name, installed)})")
     allowed = None
     raw = environ.get(ALLOW_ENV, "")
     if raw:
@@ -254,7 +255,7 @@ def _select(config: Config, installed: Sequence[str], environ: Mapping[str, str]
             problems.append(f"{ALLOW_ENV}={raw!r} names no plugin; unset it to load every enabled plugin")
         for name in allowed:
             if name not in installed:
-                problems.append(f"{ALLOW_ENV}={raw}: unknown plugin {name!r} (installed: {known})")
+                problems.append(f"{ALLOW_ENV}={raw}: unknown plugin {name!r} ({_nearest(name, installed)})")
     chosen = [n for n in installed if (config.enable is None or n in config.enable) and n not in config.disable]
     if allowed is not None:
         chosen = [n for n in chosen if n in allowed]
@@ -305,6 +306,10 @@ def _load_one(pm: pluggy.PluginManager, name: str, eps: Sequence[metadata.EntryP
         version=dist.version if dist else None,
         module_file=getattr(inspect.getmodule(plugin), "__file__", None),
     )
+    if not mine:
+        raise PluginError(name, f"offers nothing: its entry point {ep.value} is {show(plugin)}, a {type_name(plugin)} "
+                          "with no @hookimpl function; it must name a module or an object holding @hookimpl functions, "
+                          "sgl_spec_algorithms among them", label)
     specs: List[hookspecs.AlgorithmSpec] = []
     for hook, impl in mine:
         if hook != "sgl_spec_algorithms":
@@ -316,6 +321,12 @@ def _load_one(pm: pluggy.PluginManager, name: str, eps: Sequence[metadata.EntryP
         except BaseException as exc:
             raise PluginError(name, f"sgl_spec_algorithms raised {describe_exception(exc)}", label) from exc
         specs.extend(_check_specs(name, result, label))
+        if not specs:
+            raise PluginError(name, f"offers nothing: sgl_spec_algorithms returned {show(result)}; a plugin with no "
+                              "algorithm to offer here must be left out ([plugins] disable)", label)
+    if not any(hook == "sgl_spec_algorithms" for hook, _ in mine):
+        raise PluginError(name, "offers nothing: it does not implement sgl_spec_algorithms, so its other hooks "
+                          f"({', '.join(hook for hook, _ in mine)}) answer for no algorithm of its own", label)
     return info, specs
 
 
@@ -335,6 +346,42 @@ def _refuse_callable_entry_point(name: str, ep: metadata.EntryPoint, plugin: Any
 
 
 _HOOK_NAMES = tuple(sorted(n for n in vars(hookspecs) if n.startswith("sgl_spec_")))
+
+
+def _nearest(name: str, installed: Collection[str]) -> str:
+    """How an unknown plugin name is explained: the closest installed names
+    and how many are installed (``list`` shows the loaded ones)."""
+    if not installed:
+        return "no plugin is installed"
+    near = difflib.get_close_matches(name, sorted(installed), n=3, cutoff=0.6)
+    count = f"{len(installed)} installed"
+    return f"did you mean {' or '.join(map(repr, near))}? {count}" if near else f"no installed plugin is named alike; {count}"
+
+
+def _source_names(eps: Sequence[metadata.EntryPoint], algorithm: str) -> bool:
+    """Whether the Python source of the top-level package behind ``eps``
+    holds ``algorithm`` as a quoted string, any case. The files are read,
+    never imported (a plugin that is not loaded must not run); a source that
+    cannot be found or read counts as naming it."""
+    quoted = re.compile(r"""(['"])%s\1""" % re.escape(algorithm), re.IGNORECASE)
+    for ep in eps:
+        top = ep.value.split(":")[0].strip().split(".")[0]
+        try:
+            spec = importlib.util.find_spec(top)  # a top-level name: finds, imports nothing
+        except (ImportError, ValueError):
+            return True
+        if spec is None:
+            return True
+        roots = [Path(p) for p in spec.submodule_search_locations or ()]
+        files = [f for root in roots for f in root.rglob("*.py")] if roots else [Path(spec.origin or "")]
+        if not files or any(f.suffix != ".py" for f in files):
+            return True  # an extension module or nothing to read
+        try:
+            if any(quoted.search(f.read_text(encoding="utf-8", errors="replace")) for f in files):
+                return True
+        except OSError:
+            return True
+    return False
 
 
 def _closest(name: str, known: Sequence[str]) -> str:
@@ -374,29 +421,41 @@ def _check_specs(plugin: str, result: Any, label: Optional[str]) -> List[hookspe
 def _match_algorithms(
     config: Config,
     offered: Mapping[str, List[Tuple[str, hookspecs.AlgorithmSpec]]],
-    installed: set,
+    by_name: Mapping[str, Sequence[metadata.EntryPoint]],
     loaded: set,
     problems: List[str],
     notes: List[str],
 ) -> Dict[str, OfferedAlgorithm]:
-    """Pair each offered algorithm with its table. A table whose plugin is
-    installed but not loaded (disabled, narrowed out by ``SGLANG_SPEC_PLUGINS``
-    or skipped) is inert: noted, not an error. So is a table no loaded plugin
-    offers while some installed plugin is not loaded (it may offer it)."""
+    """Pair each offered algorithm with its table.
+
+    A table whose ``plugin`` is installed but not loaded (disabled, narrowed
+    out by ``SGLANG_SPEC_PLUGINS`` or skipped) is inert: noted, not an error.
+    A table without ``plugin`` that no loaded plugin offers is inert when the
+    source of an installed plugin that is not loaded names it (read, never
+    imported: :func:`_source_names`), and an unknown algorithm otherwise (a
+    typo, such as ``[algorithms.SDB]``, must not leave SBD at its defaults)."""
     origin = config.origin
+    installed = set(by_name)
     not_loaded = sorted(installed - loaded)
     for name, table in config.algorithms.items():
         owners = [plugin for plugin, _ in offered.get(name, [])]
         if table.plugin is not None and table.plugin not in installed:
-            problems.append(f"{origin}: [algorithms.{name}] plugin: unknown plugin {table.plugin!r} (installed: {', '.join(sorted(installed)) or 'none'})")
+            problems.append(f"{origin}: [algorithms.{name}] plugin: unknown plugin {table.plugin!r} ({_nearest(table.plugin, installed)})")
         elif table.plugin is not None and table.plugin not in loaded:
             notes.append(f"{origin}: [algorithms.{name}] is inert: its plugin {table.plugin!r} is not loaded")
         elif table.plugin is not None and table.plugin not in owners:
             problems.append(f"{origin}: [algorithms.{name}] plugin: plugin {table.plugin!r} does not offer {name} (offered by: {', '.join(owners) or 'no enabled plugin'})")
-        elif not owners and not_loaded:
-            notes.append(f"{origin}: [algorithms.{name}] is inert: no loaded plugin offers it (not loaded: {', '.join(not_loaded)})")
         elif not owners:
-            problems.append(f"{origin}: [algorithms.{name}]: unknown algorithm; no installed plugin offers it")
+            maybe = [plugin for plugin in not_loaded if _source_names(by_name[plugin], name)]
+            if maybe:
+                notes.append(f"{origin}: [algorithms.{name}] is inert: no loaded plugin offers it; the source of "
+                             f"{', '.join(map(repr, maybe))} (installed, not loaded) names it")
+                continue
+            near = difflib.get_close_matches(name, sorted(offered), n=1, cutoff=0.6)
+            hint = f" (did you mean {near[0]}, offered by {offered[near[0]][0][0]!r}?)" if near else ""
+            unread = (f"; nor does the source of the {len(not_loaded)} installed plugin(s) not loaded name it (if one of "
+                      "them makes the name at run time, name that plugin with plugin = \"...\")") if not_loaded else ""
+            problems.append(f"{origin}: [algorithms.{name}]: unknown algorithm; no installed plugin offers it{hint}{unread}")
     chosen: Dict[str, OfferedAlgorithm] = {}
     for name, candidates in sorted(offered.items()):
         table = config.algorithm(name)

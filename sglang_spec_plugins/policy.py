@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Dict, Mapping, Optional, Tuple
 
-from .errors import ConfigError, PluginError, type_name
+from .errors import ConfigError, PluginError, show, type_name
 from .plugins import OfferedAlgorithm, PluginSet
 from .verify_layout import DRAFT_VERIFIES_CHAINS_ONLY, TREE
 
@@ -169,7 +169,7 @@ class VerifyPolicy:
 
     def _check_kind(self, call: str, answer: Any, kind: type, must: str) -> None:
         if answer is not None and type(answer) is not kind:
-            raise self._fault(f"{call} returned {_show(answer)}, a {type_name(answer)}, not {'an' if kind is int else 'a'} "
+            raise self._fault(f"{call} returned {show(answer)}, a {type_name(answer)}, not {'an' if kind is int else 'a'} "
                               f"{kind.__name__}; {must}")
 
     def _ask(self, hook_name: str, call: str, kwargs: Mapping[str, Any]) -> Any:
@@ -195,14 +195,6 @@ class VerifyPolicy:
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _show(value: Any) -> str:
-    """``repr(value)``, or a placeholder when the plugin's ``__repr__`` raises."""
-    try:
-        return repr(value)
-    except Exception:
-        return f"<{type_name(value)} object>"
 
 
 

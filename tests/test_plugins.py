@@ -1,7 +1,6 @@
 """Discovery through real entry points: selection, contract validation, ownership."""
 
 import pytest
-from importlib import metadata
 
 from dists import PLUGIN_HEADER, simple_plugin
 from sglang_spec_plugins import config
@@ -43,8 +42,10 @@ def test_enable_disable_and_env_allow_list(two, write_toml, monkeypatch):
 
 
 def test_unknown_plugin_names(two, write_toml, monkeypatch):
-    with pytest.raises(ConfigError, match=r"plugins.toml: \[plugins\] enable: unknown plugin 'gamma' \(installed: .*alpha, beta"):
+    with pytest.raises(ConfigError, match=r"plugins.toml: \[plugins\] enable: unknown plugin 'gamma' \(no installed plugin is named alike; 4 installed\)"):
         discover(cfg(write_toml, "[plugins]\nenable = ['gamma']\n"))
+    with pytest.raises(ConfigError, match=r"plugins.toml: \[plugins\] enable: unknown plugin 'alpah' \(did you mean 'alpha'\? 4 installed\)"):
+        discover(cfg(write_toml, "[plugins]\nenable = ['alpah']\n"))
     with pytest.raises(ConfigError, match=r"\[plugins\] disable: unknown plugin 'gamma'"):
         discover(cfg(write_toml, "[plugins]\ndisable = ['gamma']\n"))
     monkeypatch.setenv("SGLANG_SPEC_PLUGINS", "alpha,gamma")
@@ -57,9 +58,14 @@ def test_unknown_algorithm_and_wrong_owner(two, write_toml):
     base = "[plugins]\nenable = ['alpha', 'beta']\n"
     with pytest.raises(ConfigError, match=r"plugins.toml: \[algorithms.GAMMA\]: unknown algorithm; no installed plugin offers it"):
         discover(cfg(write_toml, "[algorithms.gamma]\n"))  # every installed plugin loaded: nobody offers it
-    narrowed = discover(cfg(write_toml, base + "[algorithms.gamma]\n"))  # a plugin left out may offer it
-    others = sorted({ep.name for ep in metadata.entry_points(group="sglang_spec_plugins")} - {"alpha", "beta"})
-    assert narrowed.notes == (f"{write_toml('x').parent / 'plugins.toml'}: [algorithms.GAMMA] is inert: no loaded plugin offers it (not loaded: {', '.join(others)})",)
+    with pytest.raises(ConfigError, match=r"\[algorithms.GAMMA\]: unknown algorithm; no installed plugin offers it; nor does the source of the \d+ installed plugin\(s\) not loaded name it"):
+        discover(cfg(write_toml, base + "[algorithms.gamma]\n"))  # the plugins left out do not offer it either
+    with pytest.raises(ConfigError, match=r"\[algorithms.ALPAH\]: unknown algorithm; no installed plugin offers it \(did you mean ALPHA, offered by 'alpha'\?\)"):
+        discover(cfg(write_toml, base + "[algorithms.alpah]\n"))
+    __import__("sys").modules.pop("beta_mod", None)
+    narrowed = discover(cfg(write_toml, "[plugins]\nenable = ['alpha']\n[algorithms.beta]\n"))  # offered by a plugin left out
+    assert narrowed.notes == (f"{write_toml('x').parent / 'plugins.toml'}: [algorithms.BETA] is inert: no loaded plugin offers it; the source of 'beta' (installed, not loaded) names it",)
+    assert "beta_mod" not in __import__("sys").modules  # read, not imported
     with pytest.raises(ConfigError, match=r"\[algorithms.ALPHA\] plugin: plugin 'beta' does not offer ALPHA \(offered by: alpha\)"):
         discover(cfg(write_toml, base + "[algorithms.ALPHA]\nplugin = 'beta'\n"))
     with pytest.raises(ConfigError, match=r"\[algorithms.ALPHA\] plugin: unknown plugin 'zeta'"):
