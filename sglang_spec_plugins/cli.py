@@ -23,7 +23,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from . import __version__
 from . import config as config_mod
-from . import ndt_grid, scaffold
+from . import loader, ndt_grid, scaffold
 from .errors import SpecPluginError
 from .fingerprint import fingerprint
 from .plugins import PluginSet, discover_configured
@@ -240,15 +240,17 @@ def _doctor(args: argparse.Namespace) -> int:
         problems.append(f"SGLANG_PLUGINS={allowed} leaves out {LOADER_ENTRY_POINT}: SGLang will not start the loader, "
                         "so no plugin algorithm is registered; add it to the list")
     digest = None
+    skipped: List[str] = []
     try:
-        plugin_set, policies = build_policies(discover_configured(), tolerate=True)
+        plugin_set, policies = loader.resolve()  # as the loader: on_error = "skip" drops, "fail" stops
         described = _describe(plugin_set)
-        problems += [f.message for f in plugin_set.failures]
+        skipped = [f.message for f in plugin_set.failures]
         digest = fingerprint(plugin_set, policies, found.version)
     except SpecPluginError as exc:
         described = None
         problems += _problems_of(exc)
     would_register = sorted(described["algorithms"]) if described and not problems else []
+    problems += [f"skipped (on_error = \"skip\"): {message}" for message in skipped]
     data = {
         "sglang": {
             "version": found.version,

@@ -59,6 +59,13 @@ FRAMEWORK_ALGORITHM_KEYS = ("plugin", "enabled", "max_tokens_per_req")
 """Keys of an ``[algorithms.NAME]`` table read by the framework; every other
 key is a plugin setting."""
 
+MAX_TOKENS_PER_REQ_LIMIT = 1024
+"""The largest ``max_tokens_per_req`` accepted. It becomes the maximum verify
+width, by which SGLang (0.5.19+ through ``max_speculative_num_draft_tokens``)
+sizes KV reservation, CUDA-graph capture and per-step buffers (batch size x
+width tokens): a value far above any drafter's block (16-64 today) only
+reserves memory, and a huge one overflows those sizes."""
+
 _PLUGINS_KEYS = ("enable", "disable", "on_error")
 
 MAX_NESTING = 32
@@ -316,6 +323,9 @@ def _algorithm(name: str, table: Any, where: str, problems: List[str]) -> Option
     cap = table.get("max_tokens_per_req")
     if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
         problems.append(f"{label} max_tokens_per_req must be a positive integer, got {cap!r}")
+    elif cap is not None and cap > MAX_TOKENS_PER_REQ_LIMIT:
+        problems.append(f"{label} max_tokens_per_req = {cap} is above {MAX_TOKENS_PER_REQ_LIMIT}, the largest verify width "
+                        "accepted (SGLang sizes KV reservation and CUDA graphs by it)")
     for key in table:
         near = _framework_key_near(key)
         if key not in FRAMEWORK_ALGORITHM_KEYS and near:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
-from typing import Dict, Mapping, Optional
+from typing import Dict, Mapping, Optional, Tuple
 
 from . import __version__
 from .errors import SpecPluginError, StartupRefused
@@ -62,8 +62,7 @@ def load(environ: Mapping[str, str] = os.environ) -> LoadReport:
     global _report
     if _report is not None:
         return _report
-    plugin_set = discover_configured(environ=environ)
-    plugin_set, policies = build_policies(plugin_set, tolerate=plugin_set.config.on_error == "skip")
+    plugin_set, policies = resolve(environ)
     for failure in plugin_set.failures:
         logger.warning("sglang-spec-plugins: skipped plugin %s (on_error = \"skip\"): %s", failure.plugin, failure.message)
     for note in plugin_set.notes:
@@ -110,6 +109,15 @@ def load(environ: Mapping[str, str] = os.environ) -> LoadReport:
     logger.info("sglang-spec-plugins: fingerprint %s (plugins, versions, config and answers; equal in every process)", digest)
     _report = LoadReport(plugin_set, policies, registered, sglang_version, plans, unserved, digest)
     return _report
+
+
+def resolve(environ: Mapping[str, str] = os.environ) -> Tuple[PluginSet, Dict[str, VerifyPolicy]]:
+    """The plugins and policies the loader serves: plugins.toml, discovery,
+    and one policy per enabled algorithm. With ``on_error = "skip"`` a
+    faulty plugin is dropped (listed in ``failures``); otherwise, and for any
+    config fault, it raises. ``doctor`` shows exactly this."""
+    plugin_set = discover_configured(environ=environ)
+    return build_policies(plugin_set, tolerate=plugin_set.config.on_error == "skip")
 
 
 def sglang_entry_point() -> None:

@@ -61,7 +61,7 @@ def test_answers_are_cached_per_argument_tuple(site, write_toml):
         ({"max_width": "65"}, "", r"returned 65, above 64, the most allowed without a cap; an operator allows it with \[algorithms.ALGO\] max_tokens_per_req"),
         ({"width": "'4'"}, "", r"returned '4', a str, not an int; it must be an int"),
         ({"width": "None"}, "", r"sgl_spec_verify_width\(num_draft_tokens=8, is_draft_worker=False\) returned None for its own algorithm ALGO; hooks receive the name upper case"),
-        ({"width": "__import__('random').randint(1, 10**9)"}, "[algorithms.ALGO]\nmax_tokens_per_req = 1000000000\n", r"answered \d+, then \d+ for the same arguments; answers must be pure"),
+        ({"width": "next(globals().setdefault('calls', __import__('itertools').count(1)))"}, "", r"answered 1, then 2 for the same arguments; answers must be pure"),
         ({"width": "4 if is_draft_worker else 2", "max_width": "num_draft_tokens // 2"}, "", r"returned 4; the maximum width must be an int >= num_draft_tokens=8"),
         ({"width": "2 if not is_draft_worker else 9"}, "", r"sgl_spec_verify_width\(num_draft_tokens=8, is_draft_worker=True\) returned 9; it must be an int from 1 to the maximum width 8"),
         ({"width": "exit(3)"}, "", r"sgl_spec_verify_width\(num_draft_tokens=8, is_draft_worker=False\) raised SystemExit \(it called sys.exit\(3\)\)"),

@@ -153,6 +153,19 @@ def test_skip_drops_exactly_the_faulty_plugin(source, case_env, caplog):
     assert loader.load().plugins.pm.get_plugin("bad") is None
 
 
+@pytest.mark.parametrize("source", SKIP_CASES.values(), ids=list(SKIP_CASES))
+def test_doctor_shows_what_skip_registers(source, case_env, capsys):
+    """doctor says what the loader registers under skip, and names the skipped plugin."""
+    case_env(Case("skip", "", SKIPPING, {"bad": source}))
+    assert cli.main(["doctor", "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["would_register"] == ["DFLASH_BLOCK", "SBD"]
+    assert [p for p in report["problems"] if "bad" in p] == [p for p in report["problems"] if p.startswith("skipped (on_error = \"skip\"): plugin 'bad' (bad-drafter==1.0): ")]
+    assert any(p.startswith("skipped") for p in report["problems"])
+    run_sglang_plugin_loading()
+    assert plugin_algorithms() == report["would_register"]
+
+
 def test_skip_with_every_plugin_faulty_patches_nothing(case_env, patch_targets):
     bad = with_hook(offers(), "@hookimpl\ndef sgl_spec_draft_may_verify(algorithm):\n    raise RuntimeError('x')\n")
     case_env(Case("all bad", "", "[plugins]\nenable = ['bad']\non_error = 'skip'\n", {"bad": bad}))
