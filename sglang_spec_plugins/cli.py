@@ -23,7 +23,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from . import __version__
 from . import config as config_mod
-from . import loader, ndt_grid, scaffold
+from . import agreement, loader, ndt_grid, scaffold
 from .errors import SpecPluginError
 from .fingerprint import fingerprint
 from .plugins import PluginSet, discover_configured
@@ -150,6 +150,7 @@ def _check(args: argparse.Namespace) -> int:
     sglang = predict(plugin_set, policies, args.num_draft_tokens, args.disable_overlap_schedule, args.attention_backend)
     problems += sglang["problems"]
     digest = fingerprint(plugin_set, policies, sglang["version"])
+    problems += agreement.compare(digest, checked)
     if not args.single_process:
         problems += _compare_with_fresh_process(args, digest, checked, problems)
     data = {"config": plugin_set.config.origin, "ok": not problems, "problems": problems, "notes": list(plugin_set.notes),

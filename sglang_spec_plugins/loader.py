@@ -9,7 +9,8 @@ reaches the same registration.
 Sequence: read plugins.toml -> discover plugins -> build one policy per
 enabled algorithm, charging every fault to its plugin -> probe SGLang ->
 plan and apply the patches and register the algorithms (all or none) ->
-log the fingerprint.
+log the fingerprint and agree on it with the server's other processes
+(:mod:`sglang_spec_plugins.agreement`; a difference undoes it all and stops).
 :func:`load` runs it once per process and returns the same report after.
 """
 
@@ -18,9 +19,10 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
-from typing import Dict, Mapping, Optional, Tuple
+from typing import Dict, Mapping, MutableMapping, Optional, Tuple
 
-from . import __version__
+from . import __version__, agreement
+from .agreement import DisagreementError
 from .errors import SpecPluginError, StartupRefused
 from .fingerprint import fingerprint
 from .plugins import PluginSet, discover_configured
@@ -49,7 +51,7 @@ class LoadReport:
 _report: Optional[LoadReport] = None
 
 
-def load(environ: Mapping[str, str] = os.environ) -> LoadReport:
+def load(environ: MutableMapping[str, str] = os.environ) -> LoadReport:
     """Run the startup sequence once per process; later calls return the first report.
 
     Raises ConfigError, PluginError or EngineError; nothing is registered or
@@ -107,6 +109,16 @@ def load(environ: Mapping[str, str] = os.environ) -> LoadReport:
         logger.info("sglang-spec-plugins %s: no plugin algorithm enabled; SGLang left unchanged", __version__)
     digest = fingerprint(plugin_set, policies, sglang_version)
     logger.info("sglang-spec-plugins: fingerprint %s (plugins, versions, config and answers; equal in every process)", digest)
+    try:
+        logger.info("sglang-spec-plugins: %s", agreement.join(digest, environ))
+    except DisagreementError:
+        if plans:
+            from .engine.registration import unregister
+            from .patches import PATCHES, revert_all
+
+            unregister(registered)
+            revert_all(PATCHES)
+        raise
     _report = LoadReport(plugin_set, policies, registered, sglang_version, plans, unserved, digest)
     return _report
 
@@ -145,4 +157,5 @@ def _reset_for_tests() -> None:
         from .patches import PATCHES, revert_all
 
         revert_all(PATCHES)
+    agreement._reset_for_tests()
     _report = None

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Dict, Mapping, Optional, Tuple
 
+from . import agreement
 from .errors import ConfigError, PluginError, show, type_name
 from .plugins import OfferedAlgorithm, PluginSet
 from .verify_layout import DRAFT_VERIFIES_CHAINS_ONLY, TREE
@@ -82,6 +83,7 @@ class VerifyPolicy:
         width = ndt if answer is None else answer
         if not 1 <= width <= limit:
             raise self._fault(f"{call} returned {width!r}; {must}")
+        agreement.agree_on_width(self.algorithm, self.plugin, ndt, bool(is_draft_worker), width)
         self._widths[(num_draft_tokens, is_draft_worker)] = width
         logger.info("sglang-spec-plugins: algorithm %s (plugin %s): %s = %d", self.algorithm, self.plugin, call, width)
         return width

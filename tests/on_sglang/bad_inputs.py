@@ -11,6 +11,7 @@ and through ``sglang-spec-plugins check``.
 
 from __future__ import annotations
 
+import json
 import os
 import textwrap
 from dataclasses import dataclass, field
@@ -93,6 +94,24 @@ def _link_to(path: Path, target: Path) -> Path:
 def _fifo(path: Path) -> Path:
     os.mkfifo(path)
     return path
+
+
+def agreement_of(records: Dict[str, dict]) -> Callable[[Path], Dict[str, str]]:
+    """A server agreement another process of the same server already wrote
+    (``records``: file name -> content), named in the environment."""
+
+    def setup(root: Path) -> Dict[str, str]:
+        (root / "plugins.toml").write_text(WIDTH)
+        where = root / "agreement"
+        where.mkdir()
+        for name, data in records.items():
+            (where / name).write_text(json.dumps(data))
+        return {"SGLANG_SPEC_PLUGINS_CONFIG": str(root / "plugins.toml"), "SGLANG_SPEC_PLUGINS_AGREEMENT": str(where)}
+
+    return setup
+
+
+LAUNCHER = "pid 1 (MainProcess, launch_server.py)"
 
 
 def _dangling(path: Path) -> Path:
@@ -338,6 +357,10 @@ CASES = [
          WIDTH, {"bad": with_hook(simple_plugin("BAD", width="W(4)"), "class W(int):\n    def __ne__(self, other):\n        raise TypeError('no')\n")}, ndt=8),
     Case("width hook raises a BaseException", r"sgl_spec_verify_width\(num_draft_tokens=8, is_draft_worker=False\) raised bad_mod.Stop: later \(a BaseException that is not an Exception\)",
          WIDTH, {"bad": with_hook(simple_plugin("BAD", width="stop()"), "class Stop(BaseException):\n    pass\ndef stop():\n    raise Stop('later')\n")}, ndt=8),
+    Case("another process's fingerprint", r"this process \(pid \d+ \(MainProcess, .*\)\) has fingerprint [0-9a-f]{16}, but pid 1 \(MainProcess, launch_server.py\) of the same server has 0123456789abcdef: they load other plugins",
+         None, {"bad": simple_plugin("BAD", width="2")}, setup=agreement_of({"fingerprint.json": {"fingerprint": "0123456789abcdef", "process": LAUNCHER}})),
+    Case("another process's width", r"algorithm BAD \(plugin 'bad'\): sgl_spec_verify_width\(num_draft_tokens=8, is_draft_worker=False\) is 2 in this process \(pid \d+ .*\) but 4 in pid 1 \(MainProcess, launch_server.py\) of the same server: the plugin's answer depends on the process",
+         None, {"bad": simple_plugin("BAD", width="2")}, ndt=8, setup=agreement_of({"width.BAD.8.target.json": {"width": 4, "process": LAUNCHER}})),
     Case("width hook raises", r"sgl_spec_verify_width\(num_draft_tokens=8, is_draft_worker=False\) raised ZeroDivisionError", WIDTH,
          {"bad": simple_plugin("BAD", width="num_draft_tokens // 0")}, ndt=8),
     Case("width hook exits", r"sgl_spec_verify_width\(num_draft_tokens=8, is_draft_worker=False\) raised SystemExit \(it called sys.exit\(7\)\)", WIDTH,

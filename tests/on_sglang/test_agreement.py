@@ -1,0 +1,86 @@
+"""A launcher and the scheduler ranks it spawns agree on the fingerprint and
+every width, or the rank that differs is refused at start-up naming both
+values and both processes (issue 16 item 10, issue 18's CPU part).
+
+Real processes: ``launcher_and_ranks.py`` runs SGLang's own ``load_plugins()``
+in a launcher and in ranks spawned by multiprocessing's spawn context, as
+SGLang spawns its schedulers.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from dists import make_dist, simple_plugin
+
+HERE = Path(__file__).resolve().parent
+CONFIG = "[plugins]\nenable = ['skew']\n[algorithms.SKEW]\nmax_tokens_per_req = 8\n"
+WIDTH = "int(__import__('os').environ.get('SKEW_WIDTH', '4'))"
+"""A width that depends on the process (its environment): what item 10 is about."""
+
+
+def run_ranks(tmp_path, ranks):
+    launcher_site = make_dist(tmp_path / "site1", "skew-drafter", {"skew": "skew_mod"}, {"skew_mod": simple_plugin("SKEW", width=WIDTH)})
+    other_version = make_dist(tmp_path / "site2", "skew-drafter", {"skew": "skew_mod"}, {"skew_mod": simple_plugin("SKEW", width=WIDTH, draft="True")}, version="1.1")
+    (tmp_path / "plugins.toml").write_text(CONFIG)
+    (tmp_path / "other.toml").write_text(CONFIG + "verify_hint = 2\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_SPEC_PLUGINS") and k not in ("SGLANG_PLUGINS", "SKEW_WIDTH")}
+    env.update(SGLANG_SPEC_PLUGINS_CONFIG=str(tmp_path / "plugins.toml"), LAUNCHER_SITE=str(launcher_site),
+               PYTHONPATH=os.pathsep.join([str(launcher_site), str(HERE.parent), str(HERE)] + sys.path))
+    for spec in ranks:
+        spec.setdefault("env", {})
+        if spec.pop("other_version", False):
+            spec["site"] = str(other_version)
+        if spec.pop("other_toml", False):
+            spec["env"]["SGLANG_SPEC_PLUGINS_CONFIG"] = str(tmp_path / "other.toml")
+    out = subprocess.run([sys.executable, str(HERE / "launcher_and_ranks.py"), json.dumps(ranks)], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    assert [line["rank"] for line in lines] == ["launcher"] + list(range(1, len(ranks) + 1)), out.stdout + out.stderr[-3000:]
+    return lines
+
+
+def test_ranks_agree_or_the_one_that_differs_is_refused(tmp_path):
+    lines = run_ranks(tmp_path, [{}, {"other_toml": True}, {"other_version": True}, {"env": {"SKEW_WIDTH": "2"}}])
+    launcher, same, other_toml, other_version, other_width = lines
+    assert launcher["outcome"] == "ok" and same == {**same, "outcome": "ok", "message": launcher["message"]}
+    assert launcher["agreement"] and {line["agreement"] for line in lines} == {launcher["agreement"]}  # inherited
+
+    for rank in (other_toml, other_version):
+        assert rank["outcome"] == "refused", rank
+        fingerprint = rank["message"].split(" has fingerprint ")[1][:16]
+        assert fingerprint != launcher["message"]
+        assert (f"this process (pid {rank['pid']} (SpawnProcess-{rank['rank']}, " in rank["message"]
+                and f"has fingerprint {fingerprint}, but pid {launcher['pid']} (MainProcess, launcher_and_ranks.py) of the "
+                f"same server has {launcher['message']}: they load other plugins" in rank["message"]), rank["message"]
+
+    assert other_width["outcome"] == "refused"
+    assert other_width["message"] == (
+        f"algorithm SKEW (plugin 'skew'): sgl_spec_verify_width(num_draft_tokens=8, is_draft_worker=False) is 2 in this "
+        f"process (pid {other_width['pid']} (SpawnProcess-4, launcher_and_ranks.py)) "
+        f"but 4 in pid {launcher['pid']} (MainProcess, launcher_and_ranks.py) of the same server: the plugin's answer "
+        "depends on the process, and ranks that verify different widths produce wrong tokens"), other_width["message"]
+
+
+def test_an_agreement_of_an_unrelated_process_is_not_joined(tmp_path):
+    """A server started from a process that is not the agreement's creator (nor
+    spawned by it) starts its own; one spawned by the creator joins."""
+    other = subprocess.Popen(["sleep", "60"])
+    try:
+        where = tmp_path / "agreement"
+        where.mkdir()
+        (where / "creator").write_text(str(other.pid))
+        (where / "fingerprint.json").write_text(json.dumps({"fingerprint": "0123456789abcdef", "process": "pid 1 (x, y)"}))
+        code = "from sglang_spec_plugins import agreement; print(agreement.join('fedcba9876543210'))"
+        env = {**os.environ, "SGLANG_SPEC_PLUGINS_AGREEMENT": str(where)}
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0 and str(where) not in out.stdout and "recorded" in out.stdout, out.stdout + out.stderr
+        (where / "creator").write_text(str(os.getpid()))  # this test's process: the child's parent
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 1 and "has fingerprint fedcba9876543210, but pid 1 (x, y) of the same server has 0123456789abcdef" in out.stderr
+    finally:
+        other.kill()
+        other.wait()
