@@ -20,8 +20,11 @@ from __future__ import annotations
 
 import copy
 import functools
+import inspect
 
-from ..verify_layout import width_of
+from ..engine.algorithm import policy_of
+from ..errors import EngineError
+from ..verify_layout import CHAIN, width_of
 from .backend_support import refuse_other_width
 from .source_edit import Edit
 from .unit import FunctionPatch, Target, WrapPatch
@@ -189,6 +192,112 @@ GRAPH_CAPTURE_0512 = _legacy_patch("capture", _capture_wrapper)
 GRAPH_REPLAY_0512 = _legacy_patch("replay", _replay_wrapper)
 
 
+# -- graph: the default verify path reads the worker's custom mask ----------
+# Without SGLANG_USE_AITER_UNIFIED_ATTN, aiter verifies through SGLang's Triton
+# extend_attention_fwd with a custom mask, and its graph metadata (capture and
+# replay) copies ``spec_info.custom_mask`` into the graph's mask buffer: a
+# chain worker that sends no mask (it need not: eager, the kernel is causal
+# without one) crashed the first replay with AttributeError ('NoneType' object
+# has no attribute 'shape'). For a plugin chain the wrapper hands the release
+# the causal chain mask of the verified width instead.
+
+_MASK_READ = "custom_mask[: spec_info.custom_mask.shape[0]]"
+
+
+def causal_chain_mask(prefix_lengths, width: int, device) -> "torch.Tensor":
+    """The flattened custom mask of a causal chain, as the Triton extend kernel
+    reads it: per request ``width`` rows of ``prefix + width`` columns, the
+    prefix visible to every row, row j seeing new tokens 0..j."""
+    import torch
+
+    chain = torch.ones(width, width, dtype=torch.bool).tril()
+    parts = [torch.cat((torch.ones(width, int(p), dtype=torch.bool), chain), 1).reshape(-1) for p in prefix_lengths]
+    return torch.cat(parts).to(device) if parts else torch.zeros(0, dtype=torch.bool, device=device)
+
+
+def _chain_mask_condition(source):
+    if _MASK_READ in source or "self._apply_cuda_graph_metadata(" in source:
+        return "apply", ("the default (non-unified) verify graph metadata copies the worker's custom mask; a plugin "
+                         "chain whose worker sends none gets the causal chain mask of its width")
+    return "refused", "unknown graph-metadata shape (no spec_info.custom_mask copy, no _apply_cuda_graph_metadata)"
+
+
+def _needs_chain_mask(backend, forward_mode, spec_info) -> bool:
+    return (forward_mode.is_target_verify() and not backend.use_mla and not getattr(backend, "_use_unified_verify", False)
+            and spec_info is not None and getattr(spec_info, "custom_mask", 0) is None)
+
+
+def _with_mask(spec_info, prefix_lengths, width, device):
+    masked = copy.copy(spec_info)
+    masked.custom_mask = causal_chain_mask(prefix_lengths, width, device)
+    return masked
+
+
+def _chain_mask_wrapper(original):
+    @functools.wraps(original)
+    def init_forward_metadata_out_graph(self, forward_batch, *args, **kwargs):
+        spec_info = forward_batch.spec_info
+        algorithm = forward_batch.spec_algorithm
+        if not _needs_chain_mask(self, forward_batch.forward_mode, spec_info) or policy_of(algorithm) is None:
+            return original(self, forward_batch, *args, **kwargs)
+        policy = policy_of(algorithm)
+        if algorithm.verify_shape != CHAIN:
+            raise EngineError(f"aiter TARGET_VERIFY graph: algorithm {policy.algorithm} (plugin {policy.plugin!r}) declares "
+                              "verify_shape='tree' but its verify input carries no custom mask; a tree worker must send "
+                              "its mask (spec_info.custom_mask)")
+        width = batch_width(forward_batch, self.num_draft_tokens, f"{_WHERE} graph")
+        seq_lens = forward_batch.seq_lens_cpu if forward_batch.seq_lens_cpu is not None else forward_batch.seq_lens.cpu()
+        forward_batch.spec_info = _with_mask(spec_info, seq_lens[: forward_batch.batch_size].tolist(), width, forward_batch.seq_lens.device)
+        try:
+            return original(self, forward_batch, *args, **kwargs)
+        finally:
+            forward_batch.spec_info = spec_info
+
+    return init_forward_metadata_out_graph
+
+
+def _chain_mask_wrapper_0512(original):
+    """0.5.12.x: capture(bs, num_tokens, ...) and replay(bs, ...) take spec_info
+    and no algorithm; the width is the captured one (see _CAPTURED)."""
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def wrapper(self, *args, **kwargs):
+        bound = signature.bind(self, *args, **kwargs)
+        a = bound.arguments
+        if not _needs_chain_mask(self, a["forward_mode"], a["spec_info"]):
+            return original(*bound.args, **bound.kwargs)
+        bs = a["bs"]
+        width = a["num_tokens"] // bs if "num_tokens" in a else vars(self).get(_CAPTURED, {}).get(bs, self.num_draft_tokens)
+        seq_lens = a.get("seq_lens_cpu")
+        seq_lens = (seq_lens if seq_lens is not None else a["seq_lens"].cpu())[:bs].tolist()
+        a["spec_info"] = _with_mask(a["spec_info"], seq_lens, width, a["seq_lens"].device)
+        return original(*bound.args, **bound.kwargs)
+
+    return wrapper
+
+
+CHAIN_MASK = WrapPatch(
+    name="aiter.chain_mask",
+    summary="aiter default TARGET_VERIFY graph (capture/replay): a plugin chain without a custom mask gets the causal chain mask",
+    alternatives=(Target(_MODULE, "AiterAttnBackend.init_forward_metadata_out_graph"),  # 0.5.13+
+                  Target(_MODULE, "AiterAttnBackend.init_forward_metadata_replay_cuda_graph")),  # 0.5.12.x
+    condition=_chain_mask_condition,
+    wrapper=lambda original: (_chain_mask_wrapper(original) if "forward_batch" in inspect.signature(original).parameters
+                              else _chain_mask_wrapper_0512(original)),
+)
+
+CHAIN_MASK_CAPTURE_0512 = WrapPatch(
+    name="aiter.chain_mask_capture",
+    summary="aiter default TARGET_VERIFY graph capture (0.5.12.x): a chain without a custom mask gets the causal chain mask",
+    alternatives=(Target(_MODULE, "AiterAttnBackend.init_forward_metadata_capture_cuda_graph"),
+                  Target(_MODULE, "AiterAttnBackend.init_forward_metadata_out_graph")),  # 0.5.13+: aiter.chain_mask
+    condition=lambda source: (("not needed", "0.5.13+ graph metadata is aiter.chain_mask's target")
+                              if "def init_forward_metadata_out_graph" in source else _chain_mask_condition(source)),
+    wrapper=_chain_mask_wrapper_0512,
+)
+
+
 # -- forward_extend: the unified verify kernel's key lengths -----------------
 
 SEQUSED_K = FunctionPatch(
@@ -234,4 +343,5 @@ MLA_REFUSAL = WrapPatch(
     wrapper=_mla_wrapper,
 )
 
-PATCHES = (EAGER_WIDTH, EAGER_CHECK, GRAPH_WIDTH, GRAPH_CAPTURE_0512, GRAPH_REPLAY_0512, SEQUSED_K, MLA_REFUSAL)
+PATCHES = (EAGER_WIDTH, EAGER_CHECK, GRAPH_WIDTH, GRAPH_CAPTURE_0512, GRAPH_REPLAY_0512, CHAIN_MASK, CHAIN_MASK_CAPTURE_0512,
+           SEQUSED_K, MLA_REFUSAL)

@@ -121,9 +121,11 @@ class Batch:
 
 
 class Harness:
-    """One real AiterAttnBackend (non-MLA unified-verify path, or MLA) with its runner."""
+    """One real AiterAttnBackend (non-MLA: the unified verify path, or with
+    ``unified=False`` the default path through SGLang's Triton
+    ``extend_attention_fwd`` and a custom mask; or MLA) with its runner."""
 
-    def __init__(self, monkeypatch, *, ndt, page_size=1, mla=False, spec_algorithm=None, max_reqs=8):
+    def __init__(self, monkeypatch, *, ndt, page_size=1, mla=False, spec_algorithm=None, max_reqs=8, unified=True):
         self.mod = importlib.import_module(MODULE)
         stand_ins = dict(unified_attention=paged_attention, reset_verify_attn_plan_cache=lambda: None,
                          asm_verify_attn_enabled=lambda: False)
@@ -132,9 +134,9 @@ class Harness:
             stand_ins[name] = _must_not_run
         for name, stand_in in stand_ins.items():
             monkeypatch.setattr(self.mod, name, stand_in, raising=False)
-        # the unified verify path (aiter's unified_attention over a page table); the default
-        # legacy path (SGLang's Triton extend_attention_fwd with a custom mask) is not driven
-        monkeypatch.setenv("SGLANG_USE_AITER_UNIFIED_ATTN", "1")
+        # the unified verify path (aiter's unified_attention over a page table), or the default
+        # path (SGLang's Triton extend_attention_fwd, interpreted, with the metadata's custom mask)
+        monkeypatch.setenv("SGLANG_USE_AITER_UNIFIED_ATTN", "1" if unified else "0")
         monkeypatch.setenv("SGLANG_AITER_UNIFIED_VERIFY", "1")
         self.ndt, self.page_size, self.max_reqs = ndt, page_size, max_reqs
         self.num_pages = max_reqs * CONTEXT_LEN // page_size + 1
@@ -211,11 +213,14 @@ class Harness:
                 fb.batch_size, fb.req_pool_indices, fb.seq_lens, fb.seq_lens_sum, None,
                 fb.forward_mode, fb.spec_info, seq_lens_cpu=fb.seq_lens_cpu)
 
-    def run(self, mode, batch, max_bs):
+    def run(self, mode, batch, max_bs, capture_spec_info=None):
         """``(attention, metadata)`` of ``batch`` through the backend's ``mode``
         metadata path ("eager", "capture", or "replay": capture on dummy
         seq_lens in a static buffer, replay the batch's into it, then run what
-        the graph recorded: the capture-time metadata and forward batch)."""
+        the graph recorded: the capture-time metadata and forward batch).
+        ``capture_spec_info``: the verify input the graph is captured with
+        (default: the batch's own), as the graph runner's ``get_spec_info``
+        builds it; replay always gets the batch's own."""
         backend = self.backend()
         if mode == "eager":
             fb = batch.forward_batch(self)
@@ -228,7 +233,9 @@ class Harness:
             return self.attend(backend, batch, fb), backend.forward_metadata
         static = torch.full((batch.bs,), backend.get_cuda_graph_seq_len_fill_value(), dtype=torch.int32)
         fb = batch.forward_batch(self, seq_lens=static)
+        own, fb.spec_info = fb.spec_info, capture_spec_info or fb.spec_info
         self.capture(backend, fb)
+        fb.spec_info = own
         captured = backend.forward_metadata
         static.copy_(batch.seq_lens)
         fb.seq_lens_cpu, fb.seq_lens_sum = static.clone(), int(static.sum())
@@ -244,9 +251,8 @@ class Harness:
             sliding_window_size=None, is_cross_attention=False, k_scale=None, v_scale=None,
         )
         n = batch.q.shape[0]
-        out = backend.forward_extend(
-            batch.q.reshape(n, -1), batch.k_new.reshape(n, -1), batch.v_new.reshape(n, -1), layer, fb,
-            save_kv_cache=False)
+        # q flat, k and v per head, as RadixAttention hands them to the backend
+        out = backend.forward_extend(batch.q.reshape(n, -1), batch.k_new, batch.v_new, layer, fb, save_kv_cache=False)
         return out.view(n, HEADS, HEAD_DIM)
 
 

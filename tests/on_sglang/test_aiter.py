@@ -31,18 +31,19 @@ FIXES = {
     "aiter.graph_width_replay": {"replay"},
     "aiter.seqused_k": set(MODES),
 }
+# aiter.chain_mask / aiter.chain_mask_capture act on the default path only: see the tests of that path below.
 
 # The verdicts read off each release's source (shared/sglang-compat.md); other releases: any non-refused plan.
 A, N = "apply", "not needed"
 EXPECTED = {
-    "0.5.12.post1": dict(eager_width=A, eager_check=N, graph_width=N, graph_width_capture=A, graph_width_replay=A, seqused_k=A),
-    "0.5.13": dict(eager_width=A, eager_check=N, graph_width=A, graph_width_capture=N, graph_width_replay=N, seqused_k=A),
-    "0.5.14": dict(eager_width=A, eager_check=N, graph_width=A, graph_width_capture=N, graph_width_replay=N, seqused_k=A),
-    "0.5.16": dict(eager_width=A, eager_check=N, graph_width=A, graph_width_capture=N, graph_width_replay=N, seqused_k=A),
-    "0.5.17": dict(eager_width=N, eager_check=A, graph_width=N, graph_width_capture=N, graph_width_replay=N, seqused_k=N),
-    "0.5.19": dict(eager_width=A, eager_check=N, graph_width=N, graph_width_capture=N, graph_width_replay=N, seqused_k=A),
-    "0.5.21": dict(eager_width=N, eager_check=A, graph_width=N, graph_width_capture=N, graph_width_replay=N, seqused_k=N),
-    "0.5.23": dict(eager_width=N, eager_check=A, graph_width=N, graph_width_capture=N, graph_width_replay=N, seqused_k=N),
+    "0.5.12.post1": dict(eager_width=A, eager_check=N, graph_width=N, graph_width_capture=A, graph_width_replay=A, chain_mask=A, chain_mask_capture=A, seqused_k=A),
+    "0.5.13": dict(eager_width=A, eager_check=N, graph_width=A, graph_width_capture=N, graph_width_replay=N, chain_mask=A, chain_mask_capture=N, seqused_k=A),
+    "0.5.14": dict(eager_width=A, eager_check=N, graph_width=A, graph_width_capture=N, graph_width_replay=N, chain_mask=A, chain_mask_capture=N, seqused_k=A),
+    "0.5.16": dict(eager_width=A, eager_check=N, graph_width=A, graph_width_capture=N, graph_width_replay=N, chain_mask=A, chain_mask_capture=N, seqused_k=A),
+    "0.5.17": dict(eager_width=N, eager_check=A, graph_width=N, graph_width_capture=N, graph_width_replay=N, chain_mask=A, chain_mask_capture=N, seqused_k=N),
+    "0.5.19": dict(eager_width=A, eager_check=N, graph_width=N, graph_width_capture=N, graph_width_replay=N, chain_mask=A, chain_mask_capture=N, seqused_k=A),
+    "0.5.21": dict(eager_width=N, eager_check=A, graph_width=N, graph_width_capture=N, graph_width_replay=N, chain_mask=A, chain_mask_capture=N, seqused_k=N),
+    "0.5.23": dict(eager_width=N, eager_check=A, graph_width=N, graph_width_capture=N, graph_width_replay=N, chain_mask=A, chain_mask_capture=N, seqused_k=N),
 }
 
 
@@ -144,6 +145,51 @@ def test_builtin_width_metadata_is_unchanged(make, mode):
         else:
             assert value == after[key], key
     assert torch.equal(out, out_patched)
+
+
+# -- the default verify path (no SGLANG_USE_AITER_UNIFIED_ATTN): Triton extend_attention_fwd with a custom mask --
+
+def runner_capture_input(harness):
+    """The verify input the graph runner captures a chain with on aiter: DFLASH's,
+    carrying the runner's custom-mask buffer (all ones, as the runner allocates it)."""
+    import types
+
+    return types.SimpleNamespace(draft_token_num=NDT, custom_mask=torch.ones(MAX_BS * NDT * aiter_harness.CONTEXT_LEN, dtype=torch.bool),
+                                 topk=1, positions=None)
+
+
+@pytest.mark.parametrize("capture_mask", (True, False), ids=("captured-with-the-runner-mask", "captured-maskless"))
+@pytest.mark.parametrize("width", (2, 3, NDT))
+@pytest.mark.parametrize("mode", MODES)
+def test_default_path_serves_a_maskless_chain_worker(make, sbd, mode, width, capture_mask):
+    """Oracle on aiter's default verify path: a chain worker whose verify input carries
+    no custom mask (the loader applied every patch) attends as the batch defines,
+    eager, at capture and at replay."""
+    harness = make(page_size=16, unified=False, spec_algorithm=sbd(width))
+    batch = random_batch(harness, seed=7 * width, width=width)
+    out, meta = harness.run(mode, batch, MAX_BS, capture_spec_info=runner_capture_input(harness) if capture_mask else None)
+    torch.testing.assert_close(out, batch.expected(harness), atol=1e-5, rtol=0)
+    assert meta.max_extend_len == width
+
+
+def test_default_path_replay_crashes_on_a_maskless_chain_unpatched(make, sbd):
+    """Evidence: unpatched, the first replay of a maskless chain worker fails in the release's graph metadata."""
+    from sglang_spec_plugins.patches import PATCHES, revert_all
+
+    algorithm = sbd(2)
+    revert_all(PATCHES)  # the loader applied them; this is the unpatched release
+    harness = make(page_size=16, unified=False, spec_algorithm=algorithm)
+    with pytest.raises(AttributeError, match="'NoneType' object has no attribute 'shape'"):
+        harness.run("replay", harness.batch([5, 40, 0], 2), MAX_BS, capture_spec_info=runner_capture_input(harness))
+
+
+def test_default_path_refuses_a_maskless_tree(make, sbd, monkeypatch):
+    """A tree worker must send its mask: the graph metadata says so, naming the plugin."""
+    algorithm = sbd(2)
+    monkeypatch.setattr(type(algorithm), "verify_shape", "tree")
+    harness = make(page_size=16, unified=False, spec_algorithm=algorithm)
+    with pytest.raises(EngineError, match=r"algorithm SBD \(plugin 'sbd'\) declares verify_shape='tree' but its verify input carries no custom mask"):
+        harness.run("replay", harness.batch([5, 40, 0], 2), MAX_BS, capture_spec_info=runner_capture_input(harness))
 
 
 BAD_BATCHES = bad_batches("aiter TARGET_VERIFY", requests=2)
