@@ -222,9 +222,44 @@ def _chain_mask_condition(source):
     return "refused", "unknown graph-metadata shape (no spec_info.custom_mask copy, no _apply_cuda_graph_metadata)"
 
 
-def _needs_chain_mask(backend, forward_mode, spec_info) -> bool:
-    return (forward_mode.is_target_verify() and not backend.use_mla and not getattr(backend, "_use_unified_verify", False)
-            and spec_info is not None and getattr(spec_info, "custom_mask", 0) is None)
+_ALGORITHM = "_sglang_spec_plugins_algorithm"
+"""Attribute aiter.algorithm sets on each backend: its model runner's spec algorithm."""
+
+
+def _record_algorithm_wrapper(original):
+    @functools.wraps(original)
+    def __init__(self, model_runner, *args, **kwargs):
+        original(self, model_runner, *args, **kwargs)
+        vars(self)[_ALGORITHM] = getattr(model_runner, "spec_algorithm", None)
+
+    return __init__
+
+
+RECORD_ALGORITHM = WrapPatch(
+    name="aiter.algorithm",
+    summary="aiter: each backend remembers its worker's speculative algorithm (the 0.5.12.x graph metadata gets none)",
+    alternatives=(Target(_MODULE, "AiterAttnBackend.__init__"),),
+    condition=lambda source: (("apply", "records the model runner's spec_algorithm for aiter.chain_mask")
+                              if "model_runner" in source else ("refused", "unknown constructor shape (no model_runner)")),
+    wrapper=_record_algorithm_wrapper,
+)
+
+
+def _plugin_chain(backend, forward_mode, spec_info) -> bool:
+    """Whether this graph metadata call is a plugin chain's TARGET_VERIFY on the
+    default path without a custom mask; EngineError for such a tree."""
+    if not (forward_mode.is_target_verify() and not backend.use_mla and not getattr(backend, "_use_unified_verify", False)
+            and spec_info is not None and getattr(spec_info, "custom_mask", 0) is None):
+        return False
+    algorithm = vars(backend).get(_ALGORITHM)
+    policy = policy_of(algorithm)
+    if policy is None:
+        return False
+    if algorithm.verify_shape != CHAIN:
+        raise EngineError(f"aiter TARGET_VERIFY graph: algorithm {policy.algorithm} (plugin {policy.plugin!r}) declares "
+                          "verify_shape='tree' but its verify input carries no custom mask; a tree worker must send "
+                          "its mask (spec_info.custom_mask)")
+    return True
 
 
 def _with_mask(spec_info, prefix_lengths, width, device):
@@ -237,14 +272,8 @@ def _chain_mask_wrapper(original):
     @functools.wraps(original)
     def init_forward_metadata_out_graph(self, forward_batch, *args, **kwargs):
         spec_info = forward_batch.spec_info
-        algorithm = forward_batch.spec_algorithm
-        if not _needs_chain_mask(self, forward_batch.forward_mode, spec_info) or policy_of(algorithm) is None:
+        if not _plugin_chain(self, forward_batch.forward_mode, spec_info):
             return original(self, forward_batch, *args, **kwargs)
-        policy = policy_of(algorithm)
-        if algorithm.verify_shape != CHAIN:
-            raise EngineError(f"aiter TARGET_VERIFY graph: algorithm {policy.algorithm} (plugin {policy.plugin!r}) declares "
-                              "verify_shape='tree' but its verify input carries no custom mask; a tree worker must send "
-                              "its mask (spec_info.custom_mask)")
         width = batch_width(forward_batch, self.num_draft_tokens, f"{_WHERE} graph")
         seq_lens = forward_batch.seq_lens_cpu if forward_batch.seq_lens_cpu is not None else forward_batch.seq_lens.cpu()
         forward_batch.spec_info = _with_mask(spec_info, seq_lens[: forward_batch.batch_size].tolist(), width, forward_batch.seq_lens.device)
@@ -258,14 +287,15 @@ def _chain_mask_wrapper(original):
 
 def _chain_mask_wrapper_0512(original):
     """0.5.12.x: capture(bs, num_tokens, ...) and replay(bs, ...) take spec_info
-    and no algorithm; the width is the captured one (see _CAPTURED)."""
+    and no algorithm (aiter.algorithm recorded it); the width is the
+    captured one (see _CAPTURED)."""
     signature = inspect.signature(original)
 
     @functools.wraps(original)
     def wrapper(self, *args, **kwargs):
         bound = signature.bind(self, *args, **kwargs)
         a = bound.arguments
-        if not _needs_chain_mask(self, a["forward_mode"], a["spec_info"]):
+        if not _plugin_chain(self, a["forward_mode"], a["spec_info"]):
             return original(*bound.args, **bound.kwargs)
         bs = a["bs"]
         width = a["num_tokens"] // bs if "num_tokens" in a else vars(self).get(_CAPTURED, {}).get(bs, self.num_draft_tokens)
@@ -343,5 +373,6 @@ MLA_REFUSAL = WrapPatch(
     wrapper=_mla_wrapper,
 )
 
-PATCHES = (EAGER_WIDTH, EAGER_CHECK, GRAPH_WIDTH, GRAPH_CAPTURE_0512, GRAPH_REPLAY_0512, CHAIN_MASK, CHAIN_MASK_CAPTURE_0512,
+PATCHES = (EAGER_WIDTH, EAGER_CHECK, GRAPH_WIDTH, GRAPH_CAPTURE_0512, GRAPH_REPLAY_0512, RECORD_ALGORITHM, CHAIN_MASK,
+           CHAIN_MASK_CAPTURE_0512,
            SEQUSED_K, MLA_REFUSAL)

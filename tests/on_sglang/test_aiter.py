@@ -36,14 +36,14 @@ FIXES = {
 # The verdicts read off each release's source (shared/sglang-compat.md); other releases: any non-refused plan.
 A, N = "apply", "not needed"
 EXPECTED = {
-    "0.5.12.post1": dict(eager_width=A, eager_check=N, graph_width=N, graph_width_capture=A, graph_width_replay=A, chain_mask=A, chain_mask_capture=A, seqused_k=A),
-    "0.5.13": dict(eager_width=A, eager_check=N, graph_width=A, graph_width_capture=N, graph_width_replay=N, chain_mask=A, chain_mask_capture=N, seqused_k=A),
-    "0.5.14": dict(eager_width=A, eager_check=N, graph_width=A, graph_width_capture=N, graph_width_replay=N, chain_mask=A, chain_mask_capture=N, seqused_k=A),
-    "0.5.16": dict(eager_width=A, eager_check=N, graph_width=A, graph_width_capture=N, graph_width_replay=N, chain_mask=A, chain_mask_capture=N, seqused_k=A),
-    "0.5.17": dict(eager_width=N, eager_check=A, graph_width=N, graph_width_capture=N, graph_width_replay=N, chain_mask=A, chain_mask_capture=N, seqused_k=N),
-    "0.5.19": dict(eager_width=A, eager_check=N, graph_width=N, graph_width_capture=N, graph_width_replay=N, chain_mask=A, chain_mask_capture=N, seqused_k=A),
-    "0.5.21": dict(eager_width=N, eager_check=A, graph_width=N, graph_width_capture=N, graph_width_replay=N, chain_mask=A, chain_mask_capture=N, seqused_k=N),
-    "0.5.23": dict(eager_width=N, eager_check=A, graph_width=N, graph_width_capture=N, graph_width_replay=N, chain_mask=A, chain_mask_capture=N, seqused_k=N),
+    "0.5.12.post1": dict(eager_width=A, eager_check=N, graph_width=N, graph_width_capture=A, graph_width_replay=A, algorithm=A, chain_mask=A, chain_mask_capture=A, seqused_k=A),
+    "0.5.13": dict(eager_width=A, eager_check=N, graph_width=A, graph_width_capture=N, graph_width_replay=N, algorithm=A, chain_mask=A, chain_mask_capture=N, seqused_k=A),
+    "0.5.14": dict(eager_width=A, eager_check=N, graph_width=A, graph_width_capture=N, graph_width_replay=N, algorithm=A, chain_mask=A, chain_mask_capture=N, seqused_k=A),
+    "0.5.16": dict(eager_width=A, eager_check=N, graph_width=A, graph_width_capture=N, graph_width_replay=N, algorithm=A, chain_mask=A, chain_mask_capture=N, seqused_k=A),
+    "0.5.17": dict(eager_width=N, eager_check=A, graph_width=N, graph_width_capture=N, graph_width_replay=N, algorithm=A, chain_mask=A, chain_mask_capture=N, seqused_k=N),
+    "0.5.19": dict(eager_width=A, eager_check=N, graph_width=N, graph_width_capture=N, graph_width_replay=N, algorithm=A, chain_mask=A, chain_mask_capture=N, seqused_k=A),
+    "0.5.21": dict(eager_width=N, eager_check=A, graph_width=N, graph_width_capture=N, graph_width_replay=N, algorithm=A, chain_mask=A, chain_mask_capture=N, seqused_k=N),
+    "0.5.23": dict(eager_width=N, eager_check=A, graph_width=N, graph_width_capture=N, graph_width_replay=N, algorithm=A, chain_mask=A, chain_mask_capture=N, seqused_k=N),
 }
 
 
