@@ -42,9 +42,9 @@ def test_enable_disable_and_env_allow_list(two, write_toml, monkeypatch):
 
 
 def test_unknown_plugin_names(two, write_toml, monkeypatch):
-    with pytest.raises(ConfigError, match=r"plugins.toml: \[plugins\] enable: unknown plugin 'gamma' \(no installed plugin is named alike; 4 installed\)"):
+    with pytest.raises(ConfigError, match=r"plugins.toml: \[plugins\] enable: unknown plugin 'gamma' \(no installed plugin is named alike; \d+ installed\)"):
         discover(cfg(write_toml, "[plugins]\nenable = ['gamma']\n"))
-    with pytest.raises(ConfigError, match=r"plugins.toml: \[plugins\] enable: unknown plugin 'alpah' \(did you mean 'alpha'\? 4 installed\)"):
+    with pytest.raises(ConfigError, match=r"plugins.toml: \[plugins\] enable: unknown plugin 'alpah' \(did you mean 'alpha'\? \d+ installed\)"):
         discover(cfg(write_toml, "[plugins]\nenable = ['alpah']\n"))
     with pytest.raises(ConfigError, match=r"\[plugins\] disable: unknown plugin 'gamma'"):
         discover(cfg(write_toml, "[plugins]\ndisable = ['gamma']\n"))
