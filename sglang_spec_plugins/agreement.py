@@ -114,7 +114,9 @@ def compare(fingerprint: str, widths: Mapping[str, Mapping[str, Any]], environ=o
     for algorithm, entry in widths.items():
         for ndt, per_worker in entry["widths"].items():
             for draft in (False, True):
-                width = per_worker["draft" if draft else "target"]
+                width = per_worker.get("draft" if draft else "target")
+                if width is None:  # the draft worker's width is not resolved when it never verifies
+                    continue
                 first = _read(_width_file(where, algorithm, int(ndt), draft))
                 if first and first["width"] != width:
                     problems.append(_width_message(algorithm, entry["plugin"], int(ndt), draft, width, first))

@@ -189,4 +189,4 @@ def test_narrowing_leaves_tables_of_left_out_plugins_inert(case_env, monkeypatch
     monkeypatch.delenv("SGLANG_SPEC_PLUGINS")
     case_env(Case("disable", "", (ROOT / "plugins.toml").read_text().replace("disable = []", 'disable = ["sbd"]').replace('enable = ["sbd", "dflash_block"]', "")))
     run_sglang_plugin_loading()
-    assert plugin_algorithms() == ["DFLASH_BLOCK"]
+    assert "DFLASH_BLOCK" in plugin_algorithms() and "SBD" not in plugin_algorithms()  # every other installed plugin loads
