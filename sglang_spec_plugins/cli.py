@@ -111,7 +111,9 @@ def _list(args: argparse.Namespace) -> int:
     _say(args, "hooks:")
     for hook, impls in data["hooks"].items():
         _say(args, f"  {hook}")
-        for impl in impls or [{"plugin": "(none)"}]:
+        if not impls:
+            _say(args, "    (no loaded plugin implements it)")
+        for impl in impls:
             _say(args, f"    {impl['plugin']:<16} {impl.get('distribution') or '-'}=={impl.get('version') or '-'}  {impl.get('module_file', '')}".rstrip())
     _say(args, "algorithms:")
     for name, algo in data["algorithms"].items():

@@ -276,6 +276,7 @@ def test_package_and_list_work_without_sglang(tmp_path):
                          env={"PYTHONPATH": str(lib), "PATH": os.environ.get("PATH", "")}, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "SOLO             plugin solo (solo-drafter==1.0)" in out.stdout
+    assert "    (no loaded plugin implements it)" in out.stdout and "-==-" not in out.stdout  # sgl_spec_draft_may_verify
     assert "SGLang: not installed" in out.stdout
     assert "RC 0 1" in out.stdout
 

@@ -141,3 +141,11 @@ def test_kit_asks_the_ndts_the_author_configures(site, tmp_path):
     assert rc == 0, output
     rc, output = kit(site.path, tmp_path / "named", ["at24"], extra=("--sglang-spec-ndt", "24"))
     assert rc == 1 and "sgl_spec_verify_width(num_draft_tokens=24, is_draft_worker=False) returned 0" in output, output
+
+
+def test_a_plugin_that_prints_at_import_passes(site, tmp_path):
+    """What a plugin prints while imported is not the kit's protocol (the `pure` check's fresh processes)."""
+    install(site.path, "loud", "print('hello from loud_plugin')\n" + simple_plugin("LOUD", width="1"))
+    rc, output = kit(site.path, tmp_path / "suite", ["loud"])
+    assert rc == 0, output
+    assert "JSONDecodeError" not in output, output
