@@ -316,3 +316,18 @@ def test_a_generator_from_sgl_spec_algorithms_is_reported_once(env, tmp_path):
     assert json.loads(out.stdout)["problems"] == [
         "plugin 'gen' (gen-drafter==1.0): sgl_spec_algorithms must return a list of AlgorithmSpec, got a generator "
         "(it is consumed once; return a list)"]
+
+
+def test_plain_check_finds_a_wrong_case_width_hook(env, tmp_path):
+    """No -n: the widths are still asked, at every default ndt the algorithm accepts."""
+    source = simple_plugin("Lower") + (
+        "\n@hookimpl\ndef sgl_spec_verify_width(algorithm, num_draft_tokens):\n"
+        "    return 2 if algorithm == 'lower' else None\n")
+    make_dist(tmp_path / "site", "lower-drafter", {"lower": "lower_mod"}, {"lower_mod": source})
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tmp_path / "site"), env.get("PYTHONPATH")]))
+    (tmp_path / "lower.toml").write_text("[plugins]\nenable = ['lower']\n")
+    out = run("check", str(tmp_path / "lower.toml"), "--single-process", env=env)
+    assert out.returncode == 1
+    assert ("error: plugin 'lower' (lower-drafter==1.0): algorithm LOWER: sgl_spec_verify_width(num_draft_tokens=1, "
+            "is_draft_worker=False) returned None for its own algorithm LOWER; hooks receive the name upper case") in out.stderr
+    assert "(found at a default ndt; `check -n 1` shows it alone)" in out.stderr
