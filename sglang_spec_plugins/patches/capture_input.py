@@ -14,7 +14,8 @@ custom mask, which a tree-shaped worker's replays would then lack.
 ``get_spec_info`` runs the release's own code with the runner's algorithm
 seen, inside that one call, as the built-in algorithm of the plugin's
 declared ``verify_shape`` (DFLASH for ``"chain"``, EAGLE for ``"tree"``),
-and the result is brought to the captured width. No predicate changes
+and the result is brought to the captured width, asking the target for no
+hidden states (:func:`without_hidden_states` says why). No predicate changes
 anywhere else: the scheduler, memory pools and workers keep seeing the plugin
 algorithm. Built-in algorithms get the original call.
 """
@@ -71,8 +72,35 @@ def at_width(spec_info, width: int):
     if spec_info is None or spec_info.draft_token_num == width:
         return spec_info
     names = {f.name for f in dataclasses.fields(spec_info) if f.init}
-    copy = dataclasses.replace(spec_info, draft_token_num=width, **{n: -1 for n in _DERIVED_WIDTHS if n in names})
-    for name, value in vars(spec_info).items():  # set after construction (EAGLE's hidden_states)
+    return _replaced(spec_info, draft_token_num=width, **{n: -1 for n in _DERIVED_WIDTHS if n in names})
+
+
+def without_hidden_states(spec_info):
+    """``spec_info`` asking the target for no hidden states (a copy), or itself
+    if it asks none (or is None).
+
+    The built-in input a plugin's capture borrows asks for what the built-in
+    drafter needs (DFLASH: every token's hidden state). A graph captured so
+    serves only verify inputs that ask as much: the runner recaptures every
+    graph whenever a forward asks less (``recapture_if_needed``, 0.5.14+),
+    and the capture then sets the borrowed mode back, so a worker that asks
+    none (a model-free drafter) made SGLang recapture at every decode step on
+    a real engine. Captured asking none, a worker that asks none replays as
+    captured, and one that needs hidden states is recaptured once, at its
+    first verify, and keeps that mode (the runner never lowers a FULL mode)."""
+    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
+
+    if spec_info is None or getattr(spec_info, "capture_hidden_mode", CaptureHiddenMode.NULL) == CaptureHiddenMode.NULL:
+        return spec_info
+    return _replaced(spec_info, capture_hidden_mode=CaptureHiddenMode.NULL)
+
+
+def _replaced(spec_info, **changes):
+    """``dataclasses.replace`` that also keeps the attributes set after
+    construction (EAGLE's ``hidden_states``)."""
+    names = {f.name for f in dataclasses.fields(spec_info) if f.init}
+    copy = dataclasses.replace(spec_info, **changes)
+    for name, value in vars(spec_info).items():
         if name not in names and name not in vars(copy):
             setattr(copy, name, value)
     return copy
@@ -122,7 +150,7 @@ def _wrapper(original):
         spec_info = original(seen, num_tokens, *args, **kwargs)
         if algorithm.verify_shape == CHAIN:
             spec_info = _without_needless_mask(spec_info, self)
-        return at_width(spec_info, captured_width(self))
+        return without_hidden_states(at_width(spec_info, captured_width(self)))
 
     return get_spec_info
 

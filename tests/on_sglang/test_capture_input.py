@@ -173,3 +173,21 @@ def test_trtllm_mha_captures_and_replays_a_chain_algorithm(monkeypatch, plugin, 
     algorithm = plugin("chain", width)
     out, ref = capture_then_replay(monkeypatch, algorithm, "trtllm_mha", "chain", width, seed=width)
     torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("shape", ["chain", "tree"])
+def test_the_captured_input_asks_the_target_for_no_hidden_states(monkeypatch, plugin, shape):
+    """A graph captured with the built-in input's hidden-state mode (DFLASH and
+    EAGLE ask for every token's) makes the runner recapture every graph at each
+    verify that asks less (``recapture_if_needed``), and the capture sets the
+    borrowed mode back: on a real 0.5.16 engine a model-free plugin worker was
+    recaptured at every decode step. Captured asking none, such a worker replays."""
+    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
+
+    algorithm = plugin(shape, NDT)
+    ch.bind_stand_ins(monkeypatch)
+    monkeypatch.setenv("SGLANG_FLASHINFER_WORKSPACE_SIZE", str(1 << 20))
+    with ch.published(monkeypatch, "flashinfer", algorithm.name, NDT, BS) as server_args:
+        attn = ch.build_backend("flashinfer", server_args, algorithm, BS, MAX_WIDTH)
+        info, _ = ch.capture_input(algorithm, server_args, attn, BS * NDT, BS)
+        assert info.draft_token_num == NDT and info.capture_hidden_mode == CaptureHiddenMode.NULL
