@@ -139,6 +139,7 @@ def sglang_entry_point() -> None:
     SGLang's ``load_plugins()`` would log and ignore an ordinary exception
     and the server would start without the algorithms it was asked to serve.
     """
+    _visible_before_logging_is_configured()
     try:
         load()
     except SpecPluginError as exc:
@@ -147,6 +148,25 @@ def sglang_entry_point() -> None:
     except Exception as exc:  # a bug of ours must not let SGLang start half-loaded either
         logger.exception("sglang-spec-plugins: unexpected error while loading")
         raise StartupRefused(RuntimeError(f"unexpected {type(exc).__name__}: {exc} (a bug in sglang-spec-plugins; please report it)")) from exc
+
+
+def _visible_before_logging_is_configured() -> None:
+    """Let the start-up summary reach a real server's log at its default level.
+
+    SGLang runs ``load_plugins()`` before it configures logging, and Python
+    drops INFO records that no handler takes. When neither the root logger nor
+    ours has a handler, ours gets one: INFO and up to stderr, in SGLang's
+    time format, not propagated (so nothing prints twice once SGLang
+    configures the root logger). A process that configured logging itself
+    keeps its own choice.
+    """
+    if logging.getLogger().handlers or logger.handlers:
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("[%(asctime)s] %(message)s", "%Y-%m-%d %H:%M:%S"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
 
 
 def _reset_for_tests() -> None:

@@ -2,6 +2,9 @@
 answers reach SGLang's own width and draft-verify code."""
 
 import inspect
+import os
+import subprocess
+import sys
 import multiprocessing
 import types
 
@@ -170,3 +173,17 @@ def test_a_spawned_process_sees_the_same_registration(sglang_loaded):
         proc.join(timeout=60)
     assert got == ("PluginSpecAlgo_DFLASH_BLOCK", 16, True)
     assert proc.exitcode == 0
+
+
+def test_the_start_up_summary_reaches_a_process_that_configured_no_logging(sglang_loaded, tmp_path):
+    """SGLang runs load_plugins() before it configures logging; Python would drop
+    the loader's INFO lines there. A fresh process calling SGLang's own
+    load_plugins() with nothing configured prints the summary on stderr."""
+    path = sglang_loaded(EXAMPLES)
+    script = ("from sglang_spec_plugins.testing.cpu import install_stand_ins, run_sglang_plugin_loading\n"
+              "install_stand_ins(); run_sglang_plugin_loading()\n")
+    env = dict(os.environ, SGLANG_SPEC_PLUGINS_CONFIG=str(path))
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "sglang-spec-plugins: registered algorithm DFLASH_BLOCK" in out.stderr
+    assert "sglang-spec-plugins: fingerprint" in out.stderr
