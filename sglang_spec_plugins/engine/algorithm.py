@@ -16,6 +16,7 @@ import functools
 from types import MappingProxyType
 from typing import Any, Dict, Mapping, Optional, Tuple
 
+from ..errors import EngineError
 from ..policy import VerifyPolicy
 from ..verify_layout import CHAIN
 from .probe import EngineProbe
@@ -63,6 +64,22 @@ def policy_of(algorithm: Any) -> Optional[VerifyPolicy]:
     """The policy behind a plugin algorithm; None for any other algorithm
     (built-in enum member, a stock ``CustomSpecAlgo``, None)."""
     return algorithm.policy if isinstance(algorithm, _PolicyMethods) else None
+
+
+def policy_for(server_args: Any) -> VerifyPolicy:
+    """The policy of the plugin algorithm SGLang serves with ``server_args``
+    (``--speculative-algorithm``): what a plugin's worker asks for its verify
+    width (``policy.width(ndt, is_draft_worker)``, the answer SGLang's runners
+    and backends get) and its plugins.toml ``settings``. Imports SGLang;
+    EngineError when the algorithm is not a registered plugin algorithm."""
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    name = getattr(server_args, "speculative_algorithm", None)
+    policy = policy_of(SpeculativeAlgorithm.from_string(name))
+    if policy is None:
+        raise EngineError(f"--speculative-algorithm {name!r} is not a plugin algorithm registered by sglang-spec-plugins "
+                          "in this process")
+    return policy
 
 
 @functools.lru_cache(maxsize=None)
