@@ -106,6 +106,11 @@ WORKER = '''\
 worker_base() is SGLang's own BaseSpecWorker with a constructor that fits
 every release 0.5.12-0.5.23; it keeps ``self.server_args`` and
 ``self.target_worker`` (the target model's TpModelWorker).
+
+A worker that really drafts, verifies and accepts, served by a real SGLang
+engine on an H200 with outputs equal to plain greedy decoding: the
+prompt-lookup example, ``examples/prompt_lookup_drafter/prompt_lookup_drafter/worker.py``
+in the sglang-spec-plugins repository. Start from it.
 """
 
 from sglang_spec_plugins.engine.worker_contract import worker_base
@@ -115,7 +120,8 @@ class Worker(worker_base()):
     def forward_batch_generation(self, batch, **kwargs):
         """One scheduler step: draft, run the target's TARGET_VERIFY forward at
         the width the plugin answers, accept, and return SGLang's
-        GenerationBatchResult (see the README's worker contract table)."""
+        GenerationBatchResult (see the README's worker contract table and the
+        prompt-lookup example's worker, which does all of this)."""
         raise NotImplementedError("{algorithm}: supply the drafter here")
 '''
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = {"sbd_drafter": "sbd", "dflash_block_drafter": "dflash_block"}
+EXAMPLES = {"sbd_drafter": "sbd", "dflash_block_drafter": "dflash_block", "prompt_lookup_drafter": "prompt_lookup"}
 
 
 def run(*cmd, cwd=None, timeout=600):

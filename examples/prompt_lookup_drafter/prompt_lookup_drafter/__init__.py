@@ -1,0 +1,1 @@
+"""A model-free prompt-lookup chain drafter for SGLang, as a sglang-spec-plugins plugin."""

@@ -1,0 +1,74 @@
+"""PROMPT_LOOKUP: a model-free chain drafter that really drafts.
+
+Each decode step it drafts, for every request, the tokens that followed the
+request's last n-gram earlier in its own prompt and output (``lookup.py``),
+verifies them with the target model in one TARGET_VERIFY forward at the
+plugin's width and commits the longest prefix the target agrees with, plus
+the target's own next token (``worker.py``). Greedy decoding with it gives
+exactly the tokens plain greedy decoding gives.
+
+Settings (``[algorithms.PROMPT_LOOKUP]`` in plugins.toml):
+
+* ``verify_width``: tokens each request verifies, its last token and
+  ``verify_width - 1`` drafts (default: ``--speculative-num-draft-tokens``);
+* ``max_ngram`` / ``min_ngram``: the n-gram lengths looked up, longest
+  first (default 3 and 1);
+* ``max_tokens_per_req`` (a framework key): the largest width allowed.
+
+Serving it (SGLang 0.5.14+, whose scheduler drives plugin workers on the V2
+schema): ``--speculative-algorithm PROMPT_LOOKUP --speculative-num-draft-tokens N
+--disable-overlap-schedule`` (the worker runs synchronously). Requests it
+cannot serve exactly (sampling with temperature > 0, penalties, logit bias,
+logprobs, grammars) are refused one by one with a message; the server goes on.
+"""
+
+from sglang_spec_plugins import AlgorithmSpec, hookimpl
+
+ALGORITHM = "PROMPT_LOOKUP"
+NGRAM_DEFAULTS = {"max_ngram": 3, "min_ngram": 1}
+"""Settings besides ``verify_width`` and their defaults."""
+
+
+def ngram_settings(settings):
+    """``(max_ngram, min_ngram)`` from the algorithm's settings; ValueError naming
+    the key when they are not ints with ``1 <= min_ngram <= max_ngram``."""
+    values = {key: settings.get(key, default) for key, default in NGRAM_DEFAULTS.items()}
+    for key, value in values.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"[algorithms.{ALGORITHM}] {key} = {value!r}: it must be an int >= 1")
+    if values["min_ngram"] > values["max_ngram"]:
+        raise ValueError(f"[algorithms.{ALGORITHM}] min_ngram = {values['min_ngram']} is above "
+                         f"max_ngram = {values['max_ngram']}")
+    return values["max_ngram"], values["min_ngram"]
+
+
+def _worker_factory(server_args):
+    from .worker import PromptLookupWorker  # imports SGLang: only ever called inside SGLang's processes
+
+    return PromptLookupWorker
+
+
+def _validate(server_args):
+    """Refuse, while SGLang resolves its arguments (before any weight loads),
+    a release whose scheduler does not drive plugin workers on the V2 schema."""
+    from sglang_spec_plugins.engine.algorithm import policy_for
+    from sglang_spec_plugins.engine.worker_contract import contract
+
+    found = contract()
+    if found.non_overlap_schema != "v2-sync":
+        raise ValueError(f"{ALGORITHM} drives SGLang's V2 speculative schema (SGLang 0.5.14+); SGLang "
+                         f"{found.release} runs synchronous plugin workers on {found.non_overlap_schema!r}")
+    ngram_settings(policy_for(server_args).settings)
+
+
+@hookimpl
+def sgl_spec_algorithms():
+    return [AlgorithmSpec(name=ALGORITHM, worker_factory=_worker_factory, supports_overlap=False,
+                          validate_server_args=_validate)]
+
+
+@hookimpl
+def sgl_spec_verify_width(algorithm, num_draft_tokens, settings):
+    if algorithm != ALGORITHM:
+        return None
+    return settings.get("verify_width", num_draft_tokens)

@@ -1,0 +1,134 @@
+"""The PROMPT_LOOKUP worker SGLang instantiates (this module imports SGLang).
+
+SGLang 0.5.14+ drives a plugin worker on its V2 speculative schema, the way it
+drives its own model-free NGRAM worker: before every decode step the scheduler
+reserves KV slots ahead of each request (``eagle_prepare_for_decode``), calls
+``forward_batch_generation(batch)`` and, from the result, commits
+``accept_lens[i]`` tokens of row ``i`` of ``next_token_ids`` (rows of
+``speculative_num_draft_tokens``) and moves ``batch.seq_lens`` to
+``new_seq_lens``. ``batch.seq_lens`` counts the tokens whose KV is written;
+the request's last token (the root) is not among them.
+
+One decode step here: draft ``width - 1`` tokens per request by prompt
+lookup, run the target's TARGET_VERIFY over ``[root, drafts...]`` at
+positions ``seq_len..seq_len + width - 1`` (SGLang's own ``DFlashVerifyInput``:
+a causal chain, the input the loader captures CUDA graphs with for a
+``"chain"`` algorithm), and commit what greedy verification accepts. The
+accepted tokens are a prefix of the chain, so their KV is already where it
+belongs; the rejected tail's slots stay reserved and are overwritten next
+step.
+"""
+
+from __future__ import annotations
+
+from http import HTTPStatus
+from typing import List, Optional
+
+import torch
+
+from sglang.srt.managers.schedule_batch import FINISH_ABORT
+from sglang.srt.managers.utils import GenerationBatchResult
+from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardMode
+from sglang.srt.speculative.dflash_info import DFlashVerifyInput
+from sglang.srt.speculative.ngram_info import NgramVerifyInput
+
+from sglang_spec_plugins.engine.algorithm import policy_for
+from sglang_spec_plugins.engine.worker_contract import worker_base
+
+from .chain import accept_greedy, cache_locations, verify_positions
+from .lookup import propose
+from .plugin import ALGORITHM, ngram_settings
+
+
+def unsupported(req) -> Optional[str]:
+    """Why ``req`` cannot be served exactly by greedy chain verification, or None."""
+    params = req.sampling_params
+    reasons = [
+        (params.top_k > 1 and params.temperature > 0, "sampling with temperature > 0 (use temperature 0)"),
+        (params.frequency_penalty or params.presence_penalty or params.repetition_penalty != 1.0, "penalties"),
+        (bool(getattr(params, "logit_bias", None)), "logit_bias"),
+        (params.min_new_tokens > 0, "min_new_tokens"),
+        (bool(getattr(req, "custom_logit_processor", None)), "a custom logit processor"),
+        (req.return_logprob, "return_logprob"),
+        (getattr(req, "grammar", None) is not None, "grammar-constrained decoding"),
+    ]
+    found = [why for hit, why in reasons if hit]
+    return f"{ALGORITHM} speculative decoding serves greedy requests only; this one asks for {', '.join(found)}" \
+        if found else None
+
+
+class PromptLookupWorker(worker_base()):
+    """Drafts by prompt lookup, verifies a chain at the plugin's width, accepts greedily."""
+
+    def __init__(self, server_args, target_worker, **release_kwargs):
+        super().__init__(server_args, target_worker, **release_kwargs)
+        policy = policy_for(server_args)
+        self.width = policy.width(server_args.speculative_num_draft_tokens, False)
+        self.max_ngram, self.min_ngram = ngram_settings(policy.settings)
+
+    def forward_batch_generation(self, batch, **kwargs):
+        if batch.forward_mode.is_idle():
+            return self._idle()
+        if batch.forward_mode.is_extend() or getattr(batch, "is_extend_in_batch", False):
+            return self._prefill(batch)
+        return self._verify(batch)
+
+    def _result(self, logits_output, next_token_ids, rows, accept_lens, new_seq_lens, can_run_cuda_graph):
+        """The step's result; ``rows`` is ``(bs, width)``, row ``i`` starting with
+        the ``accept_lens[i]`` tokens request ``i`` commits."""
+        carried = NgramVerifyInput(  # what the scheduler filters and merges between steps
+            draft_token_num=self.width, new_seq_lens=new_seq_lens,
+            accept_tokens=rows.flatten(), accept_lens=accept_lens,
+        )
+        return GenerationBatchResult(
+            logits_output=logits_output, next_token_ids=next_token_ids, accept_lens=accept_lens,
+            new_seq_lens=new_seq_lens, next_draft_input=carried, can_run_cuda_graph=can_run_cuda_graph,
+            speculative_num_draft_tokens=self.width,
+        )
+
+    def _idle(self):
+        device = self.target_worker.model_runner.device
+        tokens = torch.empty((0, self.width), dtype=torch.int64, device=device)
+        lens = torch.empty((0,), dtype=torch.int64, device=device)
+        return self._result(None, tokens.flatten(), tokens, lens.to(torch.int32), lens, False)
+
+    def _prefill(self, batch):
+        """The target's own prefill (it samples the first token); requests this
+        worker cannot serve exactly are refused here, before their first decode."""
+        for req in batch.reqs:
+            why = unsupported(req)
+            if why is not None and req.to_finish is None:
+                req.to_finish = FINISH_ABORT(why, HTTPStatus.BAD_REQUEST, "BadRequestError")
+        out = self.target_worker.forward_batch_generation(batch)
+        first = out.next_token_ids
+        rows = torch.zeros((len(batch.reqs), self.width), dtype=first.dtype, device=first.device)
+        rows[:, 0] = first
+        accept_lens = torch.ones(len(batch.reqs), dtype=torch.int32, device=first.device)
+        return self._result(out.logits_output, first, rows, accept_lens, batch.seq_lens.clone(), out.can_run_cuda_graph)
+
+    def _drafts(self, batch) -> List[List[int]]:
+        chains = []
+        for req in batch.reqs:
+            tokens = list(req.origin_input_ids) + list(req.output_ids)
+            chains.append([tokens[-1], *propose(tokens, self.width - 1, max_ngram=self.max_ngram,
+                                                min_ngram=self.min_ngram)])
+        return chains
+
+    def _verify(self, batch):
+        device = batch.seq_lens.device
+        drafts = torch.tensor(self._drafts(batch), dtype=torch.int64).to(device, non_blocking=True)
+        positions = verify_positions(batch.seq_lens, self.width)
+        batch.out_cache_loc = cache_locations(
+            batch.req_to_token_pool.req_to_token, batch.req_pool_indices, positions).flatten()
+        batch.input_ids = drafts.flatten()
+        batch.forward_mode = ForwardMode.TARGET_VERIFY
+        batch.spec_info = DFlashVerifyInput(
+            draft_token=batch.input_ids, positions=positions.flatten(), draft_token_num=self.width,
+            custom_mask=None, capture_hidden_mode=CaptureHiddenMode.NULL,
+        )
+        out = self.target_worker.forward_batch_generation(batch, is_verify=True)
+        predicted = torch.argmax(out.logits_output.next_token_logits, dim=-1).view(len(batch.reqs), self.width)
+        accept_lens = accept_greedy(drafts, predicted)
+        batch.forward_mode = ForwardMode.DECODE
+        return self._result(out.logits_output, predicted.flatten(), predicted, accept_lens,
+                            batch.seq_lens + accept_lens.to(batch.seq_lens.dtype), out.can_run_cuda_graph)

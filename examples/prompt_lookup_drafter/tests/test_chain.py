@@ -1,0 +1,50 @@
+"""One chain verify step's tensor math, and a whole greedy decode through it (torch only)."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from prompt_lookup_drafter.chain import accept_greedy, cache_locations, verify_positions  # noqa: E402
+from prompt_lookup_drafter.lookup import propose  # noqa: E402
+
+
+def test_accepted_drafts_are_the_matching_prefix_plus_the_bonus():
+    drafts = torch.tensor([[10, 11, 12, 13], [10, 11, 12, 13], [10, 99, 12, 13], [10, 11, 12, 13]])
+    predicted = torch.tensor([[11, 12, 13, 14], [11, 12, 50, 51], [11, 12, 13, 14], [11, 99, 13, 14]])
+    assert accept_greedy(drafts, predicted).tolist() == [4, 3, 1, 2]
+    assert accept_greedy(drafts, predicted).dtype == torch.int32
+
+
+def test_positions_and_kv_slots_follow_each_request_s_row():
+    seq_lens = torch.tensor([5, 0, 2])
+    positions = verify_positions(seq_lens, 3)
+    assert positions.tolist() == [[5, 6, 7], [0, 1, 2], [2, 3, 4]]
+    req_to_token = torch.arange(40, dtype=torch.int32).view(4, 10)
+    slots = cache_locations(req_to_token, torch.tensor([2, 0, 3]), positions)
+    assert slots.tolist() == [[25, 26, 27], [0, 1, 2], [32, 33, 34]] and slots.dtype == torch.int64
+
+
+def _target(context):
+    """A deterministic stand-in target: the next token is a function of the last three."""
+    a, b, c = ([0, 0, 0] + list(context))[-3:]
+    return (7 * a + 3 * b + c) % 11 + (c % 2)
+
+
+@pytest.mark.parametrize("width", [1, 2, 4, 8])
+def test_greedy_decoding_through_draft_and_verify_gives_plain_greedy_tokens(width):
+    """The worker's loop without SGLang: draft by lookup, 'verify' with the target's
+    argmax after each chain token, commit ``accept_greedy`` tokens of ``predicted``."""
+    prompt, new = [3, 1, 4, 1, 5, 9, 2, 6], 60
+    plain = list(prompt)
+    while len(plain) < len(prompt) + new:
+        plain.append(_target(plain))
+    tokens, steps = list(prompt), 0
+    while len(tokens) < len(prompt) + new:
+        chain = [tokens[-1], *propose(tokens, width - 1)]
+        predicted = [_target(tokens + chain[1:j + 1]) for j in range(width)]
+        committed = int(accept_greedy(torch.tensor([chain]), torch.tensor([predicted]))[0])
+        tokens += predicted[:committed]
+        steps += 1
+    assert tokens[:len(plain)] == plain
+    if width > 1:
+        assert steps < new  # the lookup found the target's cycle: more than one token per step
