@@ -1,0 +1,160 @@
+"""Read the engine results (``engines*.jsonl``) and say what they show; runs on any machine.
+
+usage: python3 compare.py RESULTS_DIR [--divergences OUT.json] [--markdown]
+
+* identity: each speculative engine's greedy outputs against the plain engine of the same
+  backend and CUDA-graph setting, request by request (and where they first differ);
+* acceptance: tokens committed per verify step, ``(completion_tokens - 1) / spec_verify_ct``
+  (the first token comes from the prefill);
+* speed: tokens per second of the timed batches, and the ratio to the plain engine;
+* refusals: an engine the loader stopped, with the loader's message from its log
+  (SGLang kills the process group when a scheduler fails, so no result line is written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import tarfile
+from pathlib import Path
+from typing import Dict, List, Optional
+
+
+def load(results: Path) -> Dict[str, dict]:
+    records = {}
+    for path in sorted(results.glob("engines*.jsonl")):
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            records[record["label"]] = record
+    for path in sorted(results.glob("logs*.tar.xz")):
+        with tarfile.open(path) as logs:
+            for member in logs.getmembers():
+                label = Path(member.name).stem
+                if label in records and not records[label].get("runs"):
+                    text = logs.extractfile(member).read().decode(errors="replace")
+                    refusal = re.findall(r"sglang_spec_plugins\.errors\.\w+: (.*)", text)
+                    if refusal:
+                        records[label]["refusal"] = refusal[-1]
+    return records
+
+
+def baseline_of(label: str) -> Optional[str]:
+    """The plain engine a speculative one is compared with: same backend and graph setting."""
+    backend, _, rest = label.partition("_")
+    if rest.startswith("base"):
+        return None
+    return f"{backend}_base_{'nocg' if label.endswith('nocg') else 'cg'}"
+
+
+def first_difference(a: List[int], b: List[int]) -> Optional[int]:
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None if len(a) == len(b) else min(len(a), len(b)))
+
+
+def committed_per_step(run: dict) -> Optional[float]:
+    steps = [(c - 1) / v for c, v in zip(run["completion_tokens"], run["spec_verify_ct"]) if v]
+    return round(sum(steps) / len(steps), 3) if steps else None
+
+
+def summarize(records: Dict[str, dict]) -> dict:
+    rows = []
+    for label, record in records.items():
+        base = records.get(baseline_of(label) or "")
+        row = {"label": label, "spec": record.get("spec"), "ok": bool(record.get("runs")),
+               "refusal": record.get("refusal"), "sampled_refusal": None, "runs": []}
+        if record.get("stage") == "sampled":
+            row["sampled_refusal"] = record.get("error")
+        plain = {(r["batch"], r["prompts"]): r for r in (base or {}).get("runs", [])}
+        for run in record.get("runs", []):
+            entry = {"batch": run["batch"], "prompts": run["prompts"], "committed_per_step": committed_per_step(run)}
+            other = plain.get((run["batch"], run["prompts"]))
+            if other is not None:
+                diffs = [first_difference(a, b) for a, b in zip(run["output_ids"], other["output_ids"])]
+                entry["identical"] = sum(d is None for d in diffs)
+                entry["requests"] = len(diffs)
+                entry["first_differences"] = diffs
+            row["runs"].append(entry)
+        timed = {(t["batch"], t["prompts"]): t for t in (base or {}).get("timing", [])}
+        row["timing"] = [
+            {"batch": t["batch"], "prompts": t["prompts"], "tokens_per_s": t["tokens_per_s"],
+             "vs_plain": (round(t["tokens_per_s"] / timed[(t["batch"], t["prompts"])]["tokens_per_s"], 2)
+                          if (t["batch"], t["prompts"]) in timed else None),
+             "committed_per_step": committed_per_step(t) if t.get("spec_verify_ct") and t["spec_verify_ct"][0] else None}
+            for t in record.get("timing", [])
+        ]
+        rows.append(row)
+    return {"engines": rows}
+
+
+def divergences(records: Dict[str, dict]) -> List[dict]:
+    """Every request whose speculative output differs from the plain engine's: the
+    prompt and common prefix, and both next tokens (the input of ``margins.py``)."""
+    from engine_check import prompts  # the same prompts the engines were given
+
+    out = []
+    for label, record in records.items():
+        base = records.get(baseline_of(label) or "")
+        if base is None:
+            continue
+        plain = {(r["batch"], r["prompts"]): r["output_ids"] for r in base.get("runs", [])}
+        for run in record.get("runs", []):
+            batch = prompts(run["prompts"], run["batch"], seed=run["batch"])
+            for i, (mine, theirs) in enumerate(zip(run["output_ids"], plain[(run["batch"], run["prompts"])])):
+                at = first_difference(mine, theirs)
+                if at is not None:
+                    out.append({"label": label, "baseline": baseline_of(label), "batch": run["batch"],
+                                "prompts": run["prompts"], "request": i, "position": at,
+                                "input_ids": batch[i] + theirs[:at], "speculative": mine[at], "plain": theirs[at]})
+    return out
+
+
+def margins(results: Path) -> Optional[dict]:
+    """What ``margins.py`` measured: per engine, how many divergences were near-ties
+    (the two chosen tokens among the plain engine's top two, or tied with its top)."""
+    path = results / "margins.jsonl"
+    if not path.exists():
+        return None
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    out = {}
+    for row in rows:
+        entry = out.setdefault(row["label"], {"divergences": 0, "chosen_are_top2": 0, "max_margin": 0.0})
+        entry["divergences"] += 1
+        entry["chosen_are_top2"] += row["chosen_are_top2"]
+        entry["max_margin"] = max(entry["max_margin"], round(row["margin"], 4))
+    return out
+
+
+def markdown(summary: dict) -> str:
+    lines = ["| engine | batch | prompts | identical to plain | tokens / verify step | tok/s | vs plain |",
+             "|---|---|---|---|---|---|---|"]
+    for row in summary["engines"]:
+        timing = {(t["batch"], t["prompts"]): t for t in row["timing"]}
+        for run in row["runs"]:
+            t = timing.get((run["batch"], run["prompts"]), {})
+            same = f"{run['identical']}/{run['requests']}" if "identical" in run else "-"
+            lines.append(f"| {row['label']} | {run['batch']} | {run['prompts']} | {same} | "
+                         f"{run['committed_per_step'] or '-'} | {t.get('tokens_per_s', '-')} | {t.get('vs_plain') or '-'} |")
+        if row["refusal"]:
+            lines.append(f"| {row['label']} | refused at start-up: {row['refusal']} |||||")
+    if summary.get("margins"):
+        lines += ["", "| engine | diverging requests measured | the two chosen tokens are the plain engine's top two | largest top-1 minus top-2 log-probability |",
+                  "|---|---|---|---|"]
+        lines += [f"| {label} | {m['divergences']} | {m['chosen_are_top2']} | {m['max_margin']} |"
+                  for label, m in summary["margins"].items()]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("results", type=Path)
+    parser.add_argument("--divergences", type=Path)
+    parser.add_argument("--markdown", action="store_true")
+    args = parser.parse_args()
+    records = load(args.results)
+    if args.divergences:
+        found = divergences(records)
+        args.divergences.write_text(json.dumps(found))
+        print(f"{len(found)} diverging requests -> {args.divergences}")
+    summary = summarize(records)
+    summary["margins"] = margins(args.results)
+    print(markdown(summary) if args.markdown else json.dumps(summary, indent=1))

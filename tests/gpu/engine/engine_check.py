@@ -1,0 +1,149 @@
+"""Start one real ``sglang.Engine`` and generate greedily; one JSON line of results.
+
+usage: python3 engine_check.py LABEL --backend triton|flashinfer [--no-cuda-graph]
+           [--spec NAME --ndt N] [--tp N] [--batches 1,8,32] [--new-tokens 64] [--timing]
+
+With ``--spec`` the algorithm is served with ``--speculative-num-draft-tokens``
+``N`` and overlap scheduling off; the plugin's own settings come from
+plugins.toml (``SGLANG_SPEC_PLUGINS_CONFIG``). For every batch size two prompt
+sets are generated: repetitive prompts (a random phrase said over and over:
+prompt lookup finds its continuation) and random ones. Each result line holds
+the output token ids (compared across engines by ``compare.py``), the
+speculative counters SGLang reports per request, and with ``--timing`` the
+tokens per second of each batch size (a warm-up batch first).
+
+Everything runs under the ``__main__`` guard: SGLang spawns its scheduler,
+which imports this file again.
+"""
+
+import argparse
+import json
+import os
+import random
+import sys
+import time
+
+PHRASE_LEN, PHRASE_REPEATS, RANDOM_PROMPT_LEN, VOCAB = 8, 6, 48, 32000
+
+
+def prompts(kind: str, count: int, seed: int):
+    """``count`` prompts of ``kind`` (repetitive|random), the same for every engine."""
+    rng = random.Random(f"{kind}-{seed}")
+    out = []
+    for _ in range(count):
+        if kind == "repetitive":
+            phrase = [rng.randrange(5, VOCAB) for _ in range(PHRASE_LEN)]
+            out.append([1] + phrase * PHRASE_REPEATS)
+        else:
+            out.append([1] + [rng.randrange(5, VOCAB) for _ in range(RANDOM_PROMPT_LEN)])
+    return out
+
+
+def engine_kwargs(args):
+    kwargs = dict(
+        model_path=os.environ.get("ENGINE_MODEL", "/tmp/tiny-llama"),
+        skip_tokenizer_init=True, attention_backend=args.backend, tp_size=args.tp,
+        mem_fraction_static=0.3, max_total_tokens=65536, disable_radix_cache=True,
+        cuda_graph_max_bs_decode=max(args.batches), cuda_graph_max_bs_prefill=64,
+        random_seed=0, log_level="info",
+        disable_prefill_cuda_graph=True,  # prefill graphs are not what is checked; their first capture takes 80-130 s
+    )
+    if not args.cuda_graph:
+        kwargs["disable_cuda_graph"] = True
+    if args.spec:
+        kwargs.update(speculative_algorithm=args.spec, speculative_num_draft_tokens=args.ndt,
+                      disable_overlap_schedule=True)
+        if args.spec == "NGRAM":
+            kwargs.update(speculative_eagle_topk=1, speculative_num_steps=args.ndt - 1)
+    return kwargs
+
+
+def spec_counters(outputs):
+    meta = [o.get("meta_info", {}) for o in outputs]
+    verify = [m.get("spec_verify_ct") for m in meta]
+    return {"spec_verify_ct": verify, "completion_tokens": [m.get("completion_tokens") for m in meta]}
+
+
+def run(args, record):
+    started = time.time()
+    import sglang
+
+    record["sglang"] = sglang.__version__
+    record["import_s"] = round(time.time() - started, 1)
+    kwargs = engine_kwargs(args)
+    record["engine_kwargs"] = {k: v for k, v in kwargs.items() if k != "model_path"}
+    record["stage"] = "engine_start"
+    started = time.time()
+    engine = sglang.Engine(**kwargs)
+    record["engine_start_s"] = round(time.time() - started, 1)
+    greedy = {"temperature": 0, "max_new_tokens": args.new_tokens, "ignore_eos": True}
+    record["stage"] = "generate"
+    record["runs"] = []
+    for bs in args.batches:
+        for kind in ("repetitive", "random"):
+            batch = prompts(kind, bs, seed=bs)
+            started = time.time()
+            outputs = engine.generate(input_ids=batch, sampling_params=greedy)
+            took = time.time() - started
+            record["runs"].append({
+                "batch": bs, "prompts": kind, "seconds": round(took, 4),
+                "output_ids": [o.get("output_ids") for o in outputs],
+                "finish": [str(o.get("meta_info", {}).get("finish_reason")) for o in outputs],
+                **spec_counters(outputs),
+            })
+    if args.timing:
+        record["stage"] = "timing"
+        record["timing"] = []
+        for bs in args.batches:
+            for kind in ("repetitive", "random"):
+                batch = prompts(kind, bs, seed=1000 + bs)
+                engine.generate(input_ids=batch, sampling_params=greedy)  # warm-up at this shape
+                started = time.time()
+                outputs = engine.generate(input_ids=batch, sampling_params=greedy)
+                took = time.time() - started
+                tokens = sum(len(o["output_ids"]) for o in outputs)
+                record["timing"].append({"batch": bs, "prompts": kind, "tokens": tokens, "seconds": round(took, 4),
+                                         "tokens_per_s": round(tokens / took, 1), **spec_counters(outputs)})
+    if args.sampled:
+        record["stage"] = "sampled"
+        outputs = engine.generate(input_ids=prompts("random", 2, seed=7),
+                                  sampling_params={"temperature": 0.8, "max_new_tokens": 8})
+        record["sampled"] = [{"output_ids": o.get("output_ids"), "finish": o.get("meta_info", {}).get("finish_reason")}
+                             for o in outputs]
+    record["stage"] = "shutdown"
+    engine.shutdown()
+    record["stage"] = "done"
+    record["ok"] = True
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("label")
+    parser.add_argument("--backend", required=True)
+    parser.add_argument("--no-cuda-graph", dest="cuda_graph", action="store_false")
+    parser.add_argument("--spec")
+    parser.add_argument("--ndt", type=int, default=4)
+    parser.add_argument("--tp", type=int, default=1)
+    parser.add_argument("--batches", type=lambda s: [int(x) for x in s.split(",")], default=[1, 8, 32])
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--timing", action="store_true")
+    parser.add_argument("--sampled", action="store_true", help="also send a temperature-0.8 request")
+    args = parser.parse_args()
+    record = {"label": args.label, "backend": args.backend, "cuda_graph": args.cuda_graph, "spec": args.spec,
+              "ndt": args.ndt if args.spec else None, "tp": args.tp,
+              "plugins_config": os.environ.get("SGLANG_SPEC_PLUGINS_CONFIG"), "ok": False}
+    process_started = time.time()
+    try:
+        run(args, record)
+    except BaseException as exc:  # noqa: BLE001 - the record says what stopped the engine
+        import traceback
+
+        traceback.print_exc()
+        record["error"] = f"{type(exc).__name__}: {str(exc)[:3000]}"
+    finally:
+        record["process_s"] = round(time.time() - process_started, 1)
+        with open(os.path.join(os.environ.get("OUT", "."), "engines.jsonl"), "a") as f:
+            f.write(json.dumps(record) + "\n")
+        print("RESULT", json.dumps({k: v for k, v in record.items() if k not in ("runs", "timing")}), flush=True)
+        sys.stdout.flush()
+        os._exit(0 if record["ok"] else 1)

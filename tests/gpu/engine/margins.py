@@ -1,0 +1,44 @@
+"""For each request where a speculative engine's greedy output left the plain one's: how close was it?
+
+usage: python3 margins.py DIVERGENCES.json BACKEND     (on the H200, under run.sh's environment)
+
+Starts the plain engine of ``BACKEND`` (CUDA graphs on, as ``engine_check.py`` starts it)
+and, for every divergence of that backend (``compare.py --divergences``), prefills the prompt and
+the common prefix and asks for the two most likely next tokens. A divergence that is a near-tie
+(the two tokens the engines chose are the plain engine's top two, a small log-probability apart)
+comes from two kernels summing in another order (a decode step and a verify step), not from the
+drafter; a divergence to any other token, or by a wide margin, would be a bug. One JSON line per
+divergence goes to $OUT/margins.jsonl.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("divergences")
+    parser.add_argument("backend")
+    args = parser.parse_args()
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import sglang
+    from engine_check import engine_kwargs
+
+    prefix = {"flashinfer": "fi_", "triton": "tri_"}[args.backend]  # engine labels in run.sh
+    found = [d for d in json.load(open(args.divergences)) if d["label"].startswith(prefix)]
+    options = argparse.Namespace(backend=args.backend, tp=1, batches=[32], cuda_graph=True, spec=None)
+    engine = sglang.Engine(**engine_kwargs(options))
+    outputs = engine.generate(input_ids=[d["input_ids"] for d in found],
+                              sampling_params={"temperature": 0, "max_new_tokens": 1},
+                              return_logprob=True, top_logprobs_num=2, logprob_start_len=-1)
+    with open(os.path.join(os.environ.get("OUT", "."), "margins.jsonl"), "a") as f:
+        for d, out in zip(found, outputs):
+            top = out["meta_info"]["output_top_logprobs"][0]
+            (lp1, t1, _), (lp2, t2, _) = top[0], top[1]
+            f.write(json.dumps({k: d[k] for k in ("label", "batch", "prompts", "request", "position", "speculative", "plain")}
+                               | {"top2": [t1, t2], "logprobs": [lp1, lp2], "margin": lp1 - lp2,
+                                  "chosen_are_top2": {d["speculative"], d["plain"]} == {t1, t2}}) + "\n")
+    engine.shutdown()
+    print(f"{len(found)} divergences of {args.backend} measured", flush=True)
+    os._exit(0)

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# On the H200 machine, from the root of the tree a device call sent (carry: .e2e, built by site.sh):
+#   tests/gpu/engine/run.sh PHASE...      phases: setup single flashinfer triton tp margins
+# setup   unpack .e2e/site.tar.xz to /tmp/site, install .e2e/wheels to /tmp/site-proj, write the model
+# single  two queues of engines at once, one per GPU (GPU 0: triton, GPU 1: flashinfer; on a one-GPU
+#         machine both on GPU 0, one after the other): plain decoding, PROMPT_LOOKUP below and at ndt,
+#         graphs on and off, SGLang's NGRAM, and triton below ndt, which the loader refuses
+# flashinfer, triton: one of those queues on GPU 0
+# tp      tensor parallelism 2 on GPUs 0 and 1
+# $OUT gets: engines.jsonl (one line per engine), timeline.txt, logs.tar.xz, and the JIT caches.
+set -u
+T0=$(date +%s); E=$PWD/.e2e; H=$PWD/tests/gpu/engine
+OUT=${OUT:-/tmp/engine-out}; mkdir -p "$OUT" /tmp/engine-logs
+DEADLINE=${DEADLINE:-510}   # no engine starts later than this many seconds after the start
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 OUT
+export FLASHINFER_CUDA_ARCH_LIST=9.0a TORCH_CUDA_ARCH_LIST=9.0a
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+[ -d /usr/local/cuda ] && export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} PATH=$PATH:/usr/local/cuda/bin
+export ENGINE_MODEL=/tmp/tiny-llama
+export PYTHONPATH=/tmp/site-proj:/tmp/site
+GPUS=$(nvidia-smi -L | wc -l)
+tl() { echo "[t=$(( $(date +%s) - T0 ))s] $*" | tee -a "$OUT/timeline.txt"; }
+
+setup() {
+  nvidia-smi -L; python3 -V; nproc
+  python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name(0))"
+  if [ ! -f /tmp/site/.unpacked ]; then
+    rm -rf /tmp/site && mkdir -p /tmp/site && tar -xJf $E/site.tar.xz -C /tmp/site && touch /tmp/site/.unpacked
+  fi
+  for cache in $E/cache/*.tar.xz; do [ -f "$cache" ] && tar -xJf "$cache" -C / ; done
+  rm -rf /tmp/site-proj && python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site-proj $E/wheels/*.whl
+  python3 -c "import sglang, sglang_spec_plugins, flashinfer, sgl_kernel; print('sglang', sglang.__version__, 'flashinfer', flashinfer.__version__)"
+  [ -f $ENGINE_MODEL/model.safetensors ] || python3 $H/make_model.py $ENGINE_MODEL
+}
+
+# engine GPUS LABEL [ENV=VALUE ...] -- ARGS: one engine in its own process, killed at its timeout
+engine() {
+  local gpus=$1 label=$2; shift 2
+  local envs=(); while [ "$1" != "--" ]; do envs+=("$1"); shift; done; shift
+  local left=$(( DEADLINE - ($(date +%s) - T0) ))
+  if [ $left -lt 40 ]; then tl "SKIP $label: past the deadline"; echo "{\"label\": \"$label\", \"ok\": false, \"skipped\": \"deadline\"}" >> "$OUT/engines.jsonl"; return; fi
+  local limit=$(( left < ${ENGINE_TIMEOUT:-330} ? left : ${ENGINE_TIMEOUT:-330} ))
+  tl "START $label on GPU $gpus ($*) limit ${limit}s"
+  local t=$(date +%s)
+  # from /tmp: no ./plugins.toml there, so an engine without SGLANG_SPEC_PLUGINS_CONFIG loads no plugin
+  (cd /tmp && env CUDA_VISIBLE_DEVICES=$gpus "${envs[@]}" timeout -k 10 $limit python3 $H/engine_check.py "$label" "$@" \
+     > /tmp/engine-logs/$label.log 2>&1)
+  local rc=$?
+  tl "END $label rc=$rc $(( $(date +%s) - t ))s; GPU memory in use: $(nvidia-smi --query-gpu=memory.used --format=csv,noheader | tr '\n' ' ')"
+  grep -q "\"label\": \"$label\"" "$OUT/engines.jsonl" 2>/dev/null || \
+    echo "{\"label\": \"$label\", \"ok\": false, \"rc\": $rc, \"error\": \"killed at its time limit\"}" >> "$OUT/engines.jsonl"
+}
+
+BELOW=SGLANG_SPEC_PLUGINS_CONFIG=$H/plugins_below.toml
+AT=SGLANG_SPEC_PLUGINS_CONFIG=$H/plugins_at.toml
+PL="--spec PROMPT_LOOKUP --ndt 4"
+
+triton_queue() {
+  local g=$1
+  engine $g tri_base_cg -- --backend triton --timing
+  engine $g tri_pl_at_cg $AT -- --backend triton $PL --timing --sampled
+  engine $g tri_pl_below_refused $BELOW -- --backend triton $PL --batches 1
+  engine $g tri_base_nocg -- --backend triton --no-cuda-graph
+  engine $g tri_pl_at_nocg $AT -- --backend triton $PL --no-cuda-graph
+  engine $g tri_ngram_cg -- --backend triton --spec NGRAM --ndt 4 --timing
+}
+flashinfer_queue() {
+  local g=$1
+  engine $g fi_base_cg -- --backend flashinfer --timing
+  engine $g fi_pl_below_cg $BELOW -- --backend flashinfer $PL --timing --sampled
+  engine $g fi_pl_below_nocg $BELOW -- --backend flashinfer $PL --no-cuda-graph
+  engine $g fi_base_nocg -- --backend flashinfer --no-cuda-graph
+  engine $g fi_pl_at_cg $AT -- --backend flashinfer $PL --timing
+  engine $g fi_ngram_cg -- --backend flashinfer --spec NGRAM --ndt 4 --timing
+  engine $g fi_pl_at_nocg $AT -- --backend flashinfer $PL --no-cuda-graph
+}
+tp_runs() {
+  engine 0,1 tp2_fi_pl_below_cg $BELOW -- --backend flashinfer $PL --tp 2 --batches 1,8
+  engine 0,1 tp2_tri_pl_at_cg $AT -- --backend triton $PL --tp 2 --batches 1,8
+  engine 0,1 tp2_fi_base_cg -- --backend flashinfer --tp 2 --batches 1,8
+}
+
+for phase in "$@"; do
+  tl "PHASE $phase"
+  case $phase in
+    setup) setup > "$OUT/setup.log" 2>&1; tl "setup rc=$?" ;;
+    single)
+      if [ "$GPUS" -ge 2 ]; then triton_queue 0 & flashinfer_queue 1 & wait
+      else flashinfer_queue 0; triton_queue 0; fi ;;
+    flashinfer) flashinfer_queue 0 ;;
+    triton) triton_queue 0 ;;
+    tp) tp_runs ;;
+    margins)  # how close each divergence of results/engine/divergences.json was (margins.py)
+      for backend in flashinfer triton; do
+        (cd /tmp && timeout 200 python3 $H/margins.py $H/../results/engine/divergences.json $backend \
+           > /tmp/engine-logs/margins_$backend.log 2>&1); tl "margins $backend rc=$?"
+      done ;;
+  esac
+done
+tl "ALL DONE"
+tar -C /tmp -cJf "$OUT/logs.tar.xz" engine-logs
+# JIT caches (flashinfer's kernels, Triton's), to carry into the next call as .e2e/cache/*.tar.xz
+tar -C / -cJf "$OUT/jit_flashinfer.tar.xz" root/.cache/flashinfer 2>/dev/null
+tar -C / -cJf "$OUT/jit_triton.tar.xz" root/.triton tmp/torchinductor_root 2>/dev/null
+ls -la "$OUT"

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# On the CPU machine: build what the H200 needs to run a real SGLang 0.5.16 engine, into .e2e/ (git-ignored).
+#   tests/gpu/engine/site.sh            (from the repository root; ~1-5 min)
+# .e2e/site.tar.xz   SGLang 0.5.16 and the cp312 packages the H200 image lacks, unpacked and xz-compressed
+#                    (~49 MB; one device call carries 64 MiB). 0.5.16 pins torch 2.11.0, the image's torch.
+# .e2e/wheels/       this package and the example drafters, built from the working tree
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+E=.e2e; mkdir -p $E/dl $E/slim $E/wheels
+P="--no-deps --only-binary=:all: --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64
+   --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64
+   --platform manylinux1_x86_64 --platform manylinux_2_34_x86_64 --platform manylinux_2_31_x86_64
+   --platform manylinux_2_35_x86_64"
+if [ ! -f $E/site.tar.xz ]; then
+  # transformers 5.12.1: the image's 5.17 breaks SGLang 0.5.16's import
+  python3 -m pip download -q $P -d $E/dl \
+    sglang==0.5.16 sglang-kernel==0.4.5 flashinfer-python==0.6.14 apache-tvm-ffi==0.1.11 \
+    transformers==5.12.1 tokenizers==0.22.2 xgrammar==0.2.1 \
+    pydantic==2.14.4 pydantic_core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 \
+    orjson==3.13.0 msgspec==0.23.0 pyzmq==27.3.0 pybase64==1.5.1 setproctitle==1.3.8 \
+    fastapi==0.165.0 starlette==1.10.0 uvicorn==0.54.0 opentelemetry-api==1.45.2 sniffio==1.3.1 \
+    openai==2.6.1 distro==1.9.0 partial-json-parser==0.2.1.1.post7 \
+    ipython==9.18.1 traitlets==5.16.1 compressed-tensors==0.20.1 loguru==0.7.3 gguf==0.19.0 dill==0.4.1
+  # Files an H200 never loads: sglang-kernel's FA3/FlashMLA/InfLLM/sm100 builds (loaded lazily; an H200
+  # loads sm90/common_ops), 383 -> 15 MB; xgrammar's static library and headers, 45 -> 13 MB.
+  rm -rf $E/unpacked && mkdir $E/unpacked
+  for w in $E/dl/*.whl; do unzip -q -o "$w" -d $E/unpacked; done
+  rm -rf $E/unpacked/sgl_kernel/flash_ops.abi3.so $E/unpacked/sgl_kernel/flashmla_ops.abi3.so \
+         $E/unpacked/sgl_kernel/sm100 $E/unpacked/sgl_kernel/infllm_ops* $E/unpacked/xgrammar/lib $E/unpacked/xgrammar/include
+  tar -C $E/unpacked -cf - . | xz -6 -T2 > $E/site.tar.xz
+  rm -rf $E/unpacked
+fi
+rm -f $E/wheels/*.whl
+python3 -m pip wheel -q --no-deps -w $E/wheels . examples/prompt_lookup_drafter examples/sbd_drafter
+ls -la $E/site.tar.xz $E/wheels

@@ -1,0 +1,67 @@
+"""The real-engine results committed under tests/gpu/results/engine say what their README says.
+
+No GPU: ``compare.py`` reads the committed result files, the way a reader regenerates the tables.
+"""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+ENGINE = ROOT / "tests" / "gpu" / "engine"
+RESULTS = ROOT / "tests" / "gpu" / "results" / "engine"
+
+sys.path.insert(0, str(ENGINE))
+import compare  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def summary():
+    result = compare.summarize(compare.load(RESULTS))
+    result["margins"] = compare.margins(RESULTS)
+    return {row["label"]: row for row in result["engines"]}, result["margins"]
+
+
+def test_every_prompt_lookup_engine_served_every_batch(summary):
+    rows, _ = summary
+    served = [label for label, row in rows.items() if row["spec"] == "PROMPT_LOOKUP" and row["ok"]]
+    assert sorted(served) == ["fi_pl_at_cg", "fi_pl_at_nocg", "fi_pl_below_cg", "fi_pl_below_nocg",
+                              "tri_pl_at_cg", "tri_pl_at_nocg"]
+    for label in served:
+        assert {(r["batch"], r["prompts"]) for r in rows[label]["runs"]} == {
+            (b, p) for b in (1, 8, 32) for p in ("repetitive", "random")}
+
+
+@pytest.mark.parametrize("label", ["fi_pl_below_nocg", "fi_pl_at_nocg"])
+def test_flashinfer_eager_outputs_equal_plain_decoding(summary, label):
+    rows, _ = summary
+    assert all(r["identical"] == r["requests"] for r in rows[label]["runs"])
+    assert sum(r["requests"] for r in rows[label]["runs"]) == 82
+
+
+def test_tokens_per_step_stay_within_the_width(summary):
+    rows, _ = summary
+    for label, width in (("fi_pl_below_cg", 2), ("fi_pl_below_nocg", 2), ("fi_pl_at_cg", 4), ("tri_pl_at_cg", 4)):
+        steps = [r["committed_per_step"] for r in rows[label]["runs"]]
+        assert all(1 < s <= width for s in steps), (label, steps)
+
+
+def test_the_loader_refusal_and_the_sampling_refusal_were_seen(summary):
+    rows, _ = summary
+    assert "triton attention backend lays TARGET_VERIFY out at speculative_num_draft_tokens" in rows["tri_pl_below_refused"]["refusal"]
+    assert "serves greedy requests only" in rows["fi_pl_below_cg"]["sampled_refusal"]
+
+
+def test_measured_divergences_are_near_ties(summary):
+    _, margins = summary
+    assert sum(m["divergences"] for m in margins.values()) == 158
+    assert max(m["max_margin"] for m in margins.values()) <= 0.5
+
+
+def test_compare_prints_the_tables():
+    out = subprocess.run([sys.executable, str(ENGINE / "compare.py"), str(RESULTS), "--markdown"],
+                         capture_output=True, text=True, check=True).stdout
+    assert "| fi_pl_below_nocg | 32 | random | 32/32 |" in out
+    assert "refused at start-up" in out
