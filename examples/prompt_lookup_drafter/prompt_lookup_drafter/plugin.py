@@ -49,26 +49,27 @@ def _worker_factory(server_args):
 
 
 def _validate(server_args):
-    """Refuse, while SGLang resolves its arguments (before any weight loads),
-    a release whose scheduler does not drive plugin workers on the V2 schema."""
-    from sglang_spec_plugins.engine.algorithm import policy_for
+    """Refuse, while SGLang resolves its arguments (before any weight loads), a
+    release whose scheduler does not drive plugin workers on the V2 schema. The
+    release is read off its installed source: nothing is imported."""
     from sglang_spec_plugins.engine.worker_contract import contract
 
     found = contract()
-    if found.non_overlap_schema != "v2-sync":
+    if found.release is not None and found.non_overlap_schema != "v2-sync":
         raise ValueError(f"{ALGORITHM} drives SGLang's V2 speculative schema (SGLang 0.5.14+); SGLang "
                          f"{found.release} runs synchronous plugin workers on {found.non_overlap_schema!r}")
-    ngram_settings(policy_for(server_args).settings)
 
 
 @hookimpl
 def sgl_spec_algorithms():
+    # has_draft_kv=False: no draft model, so no draft KV to size or transfer (SGLang's answer for NGRAM)
     return [AlgorithmSpec(name=ALGORITHM, worker_factory=_worker_factory, supports_overlap=False,
-                          validate_server_args=_validate)]
+                          validate_server_args=_validate, capabilities={"has_draft_kv": False})]
 
 
 @hookimpl
 def sgl_spec_verify_width(algorithm, num_draft_tokens, settings):
     if algorithm != ALGORITHM:
         return None
+    ngram_settings(settings)  # bad n-gram settings stop the server at load, naming the key
     return settings.get("verify_width", num_draft_tokens)
