@@ -48,7 +48,7 @@ engine() {
   local rc=$?
   tl "END $label rc=$rc $(( $(date +%s) - t ))s; GPU memory in use: $(nvidia-smi --query-gpu=memory.used --format=csv,noheader | tr '\n' ' ')"
   grep -q "\"label\": \"$label\"" "$OUT/engines.jsonl" 2>/dev/null || \
-    echo "{\"label\": \"$label\", \"ok\": false, \"rc\": $rc, \"error\": \"killed at its time limit\"}" >> "$OUT/engines.jsonl"
+    echo "{\"label\": \"$label\", \"ok\": false, \"rc\": $rc, \"error\": \"no result line: killed at its time limit, or by SGLang after a scheduler failed (compare.py reads the loader's refusal from the log)\"}" >> "$OUT/engines.jsonl"
 }
 
 BELOW=SGLANG_SPEC_PLUGINS_CONFIG=$H/plugins_below.toml
