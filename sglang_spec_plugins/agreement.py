@@ -70,12 +70,18 @@ def join(fingerprint: str, environ=os.environ) -> str:
 
 
 def _spawned_by(where: Path) -> bool:
-    """Whether the process that created the agreement at ``where`` is an
-    ancestor of this one (read from /proc; True where it cannot be read)."""
+    """Whether this process was spawned by ``multiprocessing`` (as SGLang
+    spawns its schedulers, detokenizer and DP controller) from the process
+    that created the agreement at ``where`` or from one of its descendants
+    (ancestry read from /proc; True where it cannot be read). A plain
+    subprocess, such as another server a program starts, has its own. An
+    agreement without a creator (made by hand) is joined by anyone."""
     try:
         creator = int((where / "creator").read_text())
     except (OSError, ValueError):
         return True
+    if multiprocessing.parent_process() is None:
+        return False
     pid = os.getppid()
     for _ in range(32):
         if pid == creator:

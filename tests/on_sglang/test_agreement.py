@@ -65,22 +65,44 @@ def test_ranks_agree_or_the_one_that_differs_is_refused(tmp_path):
         "depends on the process, and ranks that verify different widths produce wrong tokens"), other_width["message"]
 
 
-def test_an_agreement_of_an_unrelated_process_is_not_joined(tmp_path):
-    """A server started from a process that is not the agreement's creator (nor
-    spawned by it) starts its own; one spawned by the creator joins."""
+def _join(fingerprint, queue):
+    from sglang_spec_plugins import agreement
+
+    try:
+        queue.put(agreement.join(fingerprint))
+    except Exception as exc:
+        queue.put(f"refused: {exc}")
+
+
+def test_only_processes_spawned_from_the_creator_join(tmp_path, monkeypatch):
+    """A process spawned by multiprocessing from the agreement's creator joins it;
+    a plain subprocess of the creator (another server a program starts), or a
+    process of an unrelated creator, starts its own."""
+    import multiprocessing
+
+    where = tmp_path / "agreement"
+    where.mkdir()
+    (where / "fingerprint.json").write_text(json.dumps({"fingerprint": "0123456789abcdef", "process": "pid 1 (x, y)"}))
+    monkeypatch.setenv("SGLANG_SPEC_PLUGINS_AGREEMENT", str(where))
+    code = "from sglang_spec_plugins import agreement; print(agreement.join('fedcba9876543210'))"
+
+    def spawned():
+        queue = multiprocessing.get_context("spawn").Queue()
+        process = multiprocessing.get_context("spawn").Process(target=_join, args=("fedcba9876543210", queue))
+        process.start()
+        answer = queue.get(timeout=120)
+        process.join()
+        return answer
+
     other = subprocess.Popen(["sleep", "60"])
     try:
-        where = tmp_path / "agreement"
-        where.mkdir()
-        (where / "creator").write_text(str(other.pid))
-        (where / "fingerprint.json").write_text(json.dumps({"fingerprint": "0123456789abcdef", "process": "pid 1 (x, y)"}))
-        code = "from sglang_spec_plugins import agreement; print(agreement.join('fedcba9876543210'))"
-        env = {**os.environ, "SGLANG_SPEC_PLUGINS_AGREEMENT": str(where)}
-        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
-        assert out.returncode == 0 and str(where) not in out.stdout and "recorded" in out.stdout, out.stdout + out.stderr
-        (where / "creator").write_text(str(os.getpid()))  # this test's process: the child's parent
-        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
-        assert out.returncode == 1 and "has fingerprint fedcba9876543210, but pid 1 (x, y) of the same server has 0123456789abcdef" in out.stderr
+        (where / "creator").write_text(str(other.pid))  # not an ancestor
+        assert str(where) not in spawned()
     finally:
         other.kill()
         other.wait()
+    (where / "creator").write_text(str(os.getpid()))  # this test's process
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and str(where) not in out.stdout and "recorded" in out.stdout, out.stdout + out.stderr
+    answer = spawned()
+    assert answer.startswith("refused: this process (pid ") and "has fingerprint fedcba9876543210, but pid 1 (x, y) of the same server has 0123456789abcdef" in answer, answer
