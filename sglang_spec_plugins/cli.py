@@ -125,6 +125,20 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
+_BY_BATCH = ("target_by_batch", "draft_by_batch")
+
+
+def _by_batch(policy, ndt: int, draft_verifies: bool) -> Dict[str, Any]:
+    """Widths by batch-size bucket (``{"1": 16, "8": 8}``), per worker that
+    runs TARGET_VERIFY and has them."""
+    found = {key: policy.widths(ndt, draft) for key, draft in zip(_BY_BATCH, (False, True)) if draft_verifies or not draft}
+    return {key: buckets.as_plain() for key, buckets in found.items() if buckets is not None}
+
+
+def _buckets_text(plain: Dict[str, int]) -> str:
+    return "{" + ", ".join(f"{size} = {width}" for size, width in plain.items()) + "}"
+
+
 def _check(args: argparse.Namespace) -> int:
     if args.path is not None:
         config_mod.regular_file(args.path, str(args.path), missing_ok=False)
@@ -143,6 +157,7 @@ def _check(args: argparse.Namespace) -> int:
                 entry["widths"][str(ndt)] = {"target": policy.width(ndt, False), "max": policy.max_width(ndt)}
                 if verifies:  # only a draft worker that may verify runs TARGET_VERIFY at its width
                     entry["widths"][str(ndt)]["draft"] = policy.width(ndt, True)
+                entry["widths"][str(ndt)].update(_by_batch(policy, ndt, verifies))
             except (SpecPluginError, ValueError) as exc:
                 problems.append(str(exc) + ("" if args.num_draft_tokens else
                                             f" (found at a default ndt; `check -n {ndt}` shows it alone)"))
@@ -165,6 +180,7 @@ def _check(args: argparse.Namespace) -> int:
         _say(args, f"plugin {info.label}: ok")
     for name, entry in checked.items():
         widths = ", ".join(f"ndt={n}: target {w['target']}" + (f", draft {w['draft']}" if "draft" in w else "") + f", max {w['max']}"
+                           + "".join(f", {k.replace('_', ' ')} {_buckets_text(w[k])}" for k in _BY_BATCH if k in w)
                            for n, w in entry["widths"].items())
         _say(args, f"algorithm {name} (plugin {entry['plugin']}): draft-may-verify={entry['draft_may_verify']}" + (f"; {widths}" if widths else ""))
     if not args.num_draft_tokens and checked:

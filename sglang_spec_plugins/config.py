@@ -29,6 +29,7 @@ else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
 from .errors import ConfigError
+from .verify_widths import WidthBuckets, WidthBucketsError
 
 CONFIG_ENV = "SGLANG_SPEC_PLUGINS_CONFIG"
 """Environment variable naming the plugins.toml to use."""
@@ -55,7 +56,7 @@ RESERVED_ALGORITHM_NAMES = frozenset(
 the NEXTN alias). The engine probe reads the installed release's own set;
 a test keeps this union a superset of it."""
 
-FRAMEWORK_ALGORITHM_KEYS = ("plugin", "enabled", "max_tokens_per_req")
+FRAMEWORK_ALGORITHM_KEYS = ("plugin", "enabled", "max_tokens_per_req", "widths_by_batch_size")
 """Keys of an ``[algorithms.NAME]`` table read by the framework; every other
 key is a plugin setting."""
 
@@ -87,7 +88,9 @@ class AlgorithmConfig:
     ``plugin``: the entry-point name of the plugin that must serve it (needed
     only when two installed plugins offer the same name). ``enabled``: False
     keeps it from being registered. ``max_tokens_per_req``: the operator's
-    ceiling on the verify width. ``settings``: every other key, read-only,
+    ceiling on the verify width. ``widths_by_batch_size``: the operator's widths
+    per batch-size bucket (used instead of the plugin's
+    ``sgl_spec_verify_widths``). ``settings``: every other key, read-only,
     handed to the plugin's hooks.
     """
 
@@ -96,6 +99,7 @@ class AlgorithmConfig:
     enabled: bool = True
     max_tokens_per_req: Optional[int] = None
     settings: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    verify_widths: Optional[WidthBuckets] = None
 
 
 @dataclass(frozen=True)
@@ -127,6 +131,7 @@ class Config:
             "on_error": self.on_error,
             "algorithms": {
                 name: {"plugin": a.plugin, "enabled": a.enabled, "max_tokens_per_req": a.max_tokens_per_req,
+                       "verify_widths": a.verify_widths.as_plain() if a.verify_widths else None,
                        "settings": plain(a.settings)}
                 for name, a in sorted(self.algorithms.items())
             },
@@ -326,6 +331,16 @@ def _algorithm(name: str, table: Any, where: str, problems: List[str]) -> Option
     elif cap is not None and cap > MAX_TOKENS_PER_REQ_LIMIT:
         problems.append(f"{label} max_tokens_per_req = {cap} is above {MAX_TOKENS_PER_REQ_LIMIT}, the largest verify width "
                         "accepted (SGLang sizes KV reservation and CUDA graphs by it)")
+    widths = None
+    if "widths_by_batch_size" in table:
+        try:
+            widths = WidthBuckets.parse(table["widths_by_batch_size"])
+        except WidthBucketsError as exc:
+            problems.append(f"{label} widths_by_batch_size: {exc} (write widths_by_batch_size = "
+                            "{1 = 16, 8 = 8, 64 = 4}: from each batch size on, that many tokens per request)")
+    if "verify_widths" in table:
+        problems.append(f"{label} 'verify_widths' is not a key; widths per batch size are "
+                        "widths_by_batch_size = {1 = 16, 8 = 8, 64 = 4}")
     for key in table:
         near = _framework_key_near(key)
         if key not in FRAMEWORK_ALGORITHM_KEYS and near:
@@ -340,6 +355,7 @@ def _algorithm(name: str, table: Any, where: str, problems: List[str]) -> Option
         enabled=enabled,
         max_tokens_per_req=cap,
         settings=MappingProxyType(settings),
+        verify_widths=widths,
     )
 
 

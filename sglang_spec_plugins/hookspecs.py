@@ -17,7 +17,7 @@ Semantics shared by every per-algorithm hook:
   gives the default stated below.
 * ``settings`` is the read-only mapping of the algorithm's table in
   ``plugins.toml`` minus the keys the framework reserves (``plugin``,
-  ``enabled``, ``max_tokens_per_req``). A hookimpl may leave out any
+  ``enabled``, ``max_tokens_per_req``, ``widths_by_batch_size``). A hookimpl may leave out any
   argument it does not need (pluggy passes only the ones it names).
 * Answers must be pure: the same arguments give the same answer, every time
   and in every process. The framework asks twice per distinct argument tuple
@@ -126,6 +126,30 @@ def sgl_spec_verify_width(
     no larger than the maximum from :func:`sgl_spec_max_verify_width`.
     ``None``: not my algorithm; if the owner does not implement it, the width is
     ``num_draft_tokens`` (SGLang's own default).
+    """
+
+
+@hookspec(firstresult=True)
+def sgl_spec_verify_widths(
+    algorithm: str,
+    num_draft_tokens: int,
+    is_draft_worker: bool,
+    settings: Mapping[str, Any],
+) -> Optional[Mapping[int, int]]:
+    """Return the verify width per batch-size bucket, ``{min_batch_size: width}``,
+    or ``None`` for one width at every batch size (:func:`sgl_spec_verify_width`).
+
+    ``{1: 16, 8: 8, 64: 4}``: steps of 1-7 requests verify 16 tokens per
+    request, 8-63 verify 8, 64 and more verify 4. The smallest key must be 1;
+    every width is an int from 1 to the maximum (:func:`sgl_spec_max_verify_width`).
+    SGLang captures each CUDA graph at the width of its batch size's bucket,
+    sizes capture buffers with the largest width, and a batch replays on the
+    graph of the size it pads to, so a worker takes each step's width from
+    ``sglang_spec_plugins.patches.width_by_batch.schedule_for(model_runner)``
+    (see :mod:`sglang_spec_plugins.verify_widths`). ``widths_by_batch_size`` in the
+    algorithm's plugins.toml table, when set, is used instead and this hook is
+    not asked. Unlike the other per-algorithm hooks, ``None`` is a valid
+    answer for the plugin's own algorithm.
     """
 
 

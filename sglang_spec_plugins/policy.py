@@ -24,6 +24,7 @@ from . import agreement
 from .errors import ConfigError, PluginError, show, type_name
 from .plugins import OfferedAlgorithm, PluginSet
 from .verify_layout import DRAFT_VERIFIES_CHAINS_ONLY, TREE
+from .verify_widths import WidthBuckets, WidthBucketsError, WidthSchedule
 
 logger = logging.getLogger("sglang_spec_plugins")
 
@@ -47,8 +48,10 @@ class VerifyPolicy:
         self.plugin = offered.plugin
         self.ceiling: Optional[int] = offered.config.max_tokens_per_req
         self.settings: Mapping[str, Any] = offered.config.settings
+        self.configured_widths: Optional[WidthBuckets] = offered.config.verify_widths
         self._plugins = plugins
         self._widths: Dict[Tuple[int, bool], int] = {}
+        self._buckets: Dict[Tuple[int, bool], Optional[WidthBuckets]] = {}
         self._max_widths: Dict[int, int] = {}
         self._draft_may_verify: Optional[bool] = None
 
@@ -66,13 +69,19 @@ class VerifyPolicy:
 
         SGLang also asks on behalf of draft workers that never verify (to size
         buffers); whether one may run TARGET_VERIFY is SGLang's check, fed by
-        :meth:`draft_may_verify`.
+        :meth:`draft_may_verify`. With widths by batch size (:meth:`widths`)
+        this is the largest of them: what SGLang sizes capture buffers and the
+        dummy run with (the graphs themselves are captured per bucket).
         """
         try:
             return self._widths[(num_draft_tokens, is_draft_worker)]
         except KeyError:
             pass
         ndt = self._check_ndt(num_draft_tokens)
+        buckets = self.widths(ndt, is_draft_worker)
+        if buckets is not None:
+            self._widths[(num_draft_tokens, is_draft_worker)] = buckets.maximum
+            return buckets.maximum
         limit = self.max_width(ndt)
         call = f"sgl_spec_verify_width(num_draft_tokens={ndt}, is_draft_worker={bool(is_draft_worker)})"
         must = f"it must be an int from 1 to the maximum width {limit}"
@@ -87,6 +96,64 @@ class VerifyPolicy:
         self._widths[(num_draft_tokens, is_draft_worker)] = width
         logger.info("sglang-spec-plugins: algorithm %s (plugin %s): %s = %d", self.algorithm, self.plugin, call, width)
         return width
+
+    def widths(self, num_draft_tokens: int, is_draft_worker: bool) -> Optional[WidthBuckets]:
+        """The widths by batch-size bucket, or None for one width at every
+        batch size: plugins.toml's ``widths_by_batch_size`` if set, else the
+        owner's ``sgl_spec_verify_widths`` (asked twice, each answer parsed into
+        :class:`~.verify_widths.WidthBuckets` before the two are compared, then
+        cached). Every width must be from 1 to :meth:`max_width`."""
+        key = (num_draft_tokens, bool(is_draft_worker))
+        if key in self._buckets:
+            return self._buckets[key]
+        ndt = self._check_ndt(num_draft_tokens)
+        limit = self.max_width(ndt)
+        if self.configured_widths is not None:
+            buckets = self.configured_widths
+            if buckets.maximum > limit:
+                raise ConfigError([
+                    f"[algorithms.{self.algorithm}] widths_by_batch_size = {buckets} in {self._plugins.config.origin}: "
+                    f"width {buckets.maximum} is above the maximum width {limit} at speculative_num_draft_tokens={ndt}; "
+                    "lower it, or raise the maximum (max_tokens_per_req, where the plugin does not answer "
+                    "sgl_spec_max_verify_width)"])
+        else:
+            call = f"sgl_spec_verify_widths(num_draft_tokens={ndt}, is_draft_worker={bool(is_draft_worker)})"
+            first, again = (self._buckets_answer(call, ndt, bool(is_draft_worker)) for _ in range(2))
+            if first != again:
+                raise self._fault(f"{call} answered {first}, then {again} for the same arguments; answers must be pure "
+                                  "(SGLang asks in every process and captures CUDA graphs per width)")
+            buckets = first
+            if buckets is not None and buckets.maximum > limit:
+                raise self._fault(f"{call} returned {buckets}; width {buckets.maximum} is above the maximum width {limit}")
+        if buckets is not None:
+            logger.info("sglang-spec-plugins: algorithm %s (plugin %s): widths by batch size at "
+                        "num_draft_tokens=%d, is_draft_worker=%s: %s", self.algorithm, self.plugin, ndt,
+                        bool(is_draft_worker), buckets)
+        self._buckets[key] = buckets
+        return buckets
+
+    def _buckets_answer(self, call: str, ndt: int, is_draft_worker: bool) -> Optional[WidthBuckets]:
+        """One answer of the owner's ``sgl_spec_verify_widths`` (None: none, or
+        it answered None), parsed: nothing it returns is compared by its own code."""
+        answer = self._ask("sgl_spec_verify_widths", call, dict(algorithm=self.algorithm, num_draft_tokens=ndt,
+                                                                 is_draft_worker=is_draft_worker), none_ok=True)
+        try:
+            return None if answer is None else WidthBuckets.parse(answer)
+        except WidthBucketsError as exc:
+            raise self._fault(f"{call} returned {_show(answer)}, not widths by batch size: {exc}") from None
+
+    def candidate_widths(self, num_draft_tokens: int, is_draft_worker: bool) -> Tuple[int, ...]:
+        """Every width a TARGET_VERIFY step of this worker may use, ascending."""
+        buckets = self.widths(num_draft_tokens, is_draft_worker)
+        return buckets.candidates if buckets else (self.width(num_draft_tokens, is_draft_worker),)
+
+    def schedule(self, num_draft_tokens: int, is_draft_worker: bool, capture_sizes=None,
+                 hold_steps: int = 0) -> Optional[WidthSchedule]:
+        """A worker's per-step width chooser (:class:`~.verify_widths.WidthSchedule`)
+        for the batch sizes SGLang captured graphs for (``capture_sizes``; None
+        when eager); None when the algorithm has one width at every batch size."""
+        buckets = self.widths(num_draft_tokens, is_draft_worker)
+        return None if buckets is None else WidthSchedule(buckets, capture_sizes, hold_steps)
 
     def max_width(self, num_draft_tokens: int) -> int:
         """The largest width this algorithm may use at this ndt (sizes KV and graphs)."""
@@ -130,6 +197,8 @@ class VerifyPolicy:
         Raises on the first bad one."""
         self.width(num_draft_tokens, False)
         self.width(num_draft_tokens, True)
+        self.widths(num_draft_tokens, False)
+        self.widths(num_draft_tokens, True)
 
     def check_others_stay_out(self) -> None:
         """Ask every other plugin each per-algorithm hook for this algorithm;
@@ -139,6 +208,8 @@ class VerifyPolicy:
             ("sgl_spec_max_verify_width", {"num_draft_tokens": _PROBE_NDT}),
             ("sgl_spec_verify_width", {"num_draft_tokens": _PROBE_NDT, "is_draft_worker": False}),
             ("sgl_spec_verify_width", {"num_draft_tokens": _PROBE_NDT, "is_draft_worker": True}),
+            ("sgl_spec_verify_widths", {"num_draft_tokens": _PROBE_NDT, "is_draft_worker": False}),
+            ("sgl_spec_verify_widths", {"num_draft_tokens": _PROBE_NDT, "is_draft_worker": True}),
         ):
             call = f"{hook}(algorithm={self.algorithm!r}" + "".join(f", {k}={v!r}" for k, v in args.items()) + ")"
             answers = self._plugins.answers(hook, exclude=self.plugin, call=call, algorithm=self.algorithm, settings=self.settings, **args)
@@ -174,10 +245,10 @@ class VerifyPolicy:
             raise self._fault(f"{call} returned {show(answer)}, a {type_name(answer)}, not {'an' if kind is int else 'a'} "
                               f"{kind.__name__}; {must}")
 
-    def _ask(self, hook_name: str, call: str, kwargs: Mapping[str, Any]) -> Any:
+    def _ask(self, hook_name: str, call: str, kwargs: Mapping[str, Any], none_ok: bool = False) -> Any:
         answers = self._plugins.answers(hook_name, call=f"algorithm {self.algorithm}: {call}", settings=self.settings, **kwargs)
         self._refuse_intruders(hook_name, answers)
-        if self.plugin in answers and answers[self.plugin] is None:
+        if not none_ok and self.plugin in answers and answers[self.plugin] is None:
             raise self._fault(
                 f"{call} returned None for its own algorithm {self.algorithm}; hooks receive the name upper case, "
                 f"as SGLang registers it (compare with {self.algorithm!r}), and a plugin implementing a hook answers "

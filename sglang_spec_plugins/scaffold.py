@@ -85,6 +85,19 @@ def sgl_spec_verify_width(algorithm, num_draft_tokens, is_draft_worker, settings
 
 
 @hookimpl
+def sgl_spec_verify_widths(algorithm, num_draft_tokens, is_draft_worker, settings):
+    """Widths by batch size, {{min_batch_size: width}}, e.g. {{1: 16, 8: 8, 64: 4}}: batches of 1-7
+    requests verify 16 tokens each, 8-63 verify 8, 64 and more 4 (every width from 1 to the maximum).
+    None: one width at every batch size (sgl_spec_verify_width). SGLang captures each CUDA graph at
+    its batch size's width; the worker takes each step's width from
+    sglang_spec_plugins.patches.width_by_batch.schedule_for(model_runner). An operator can set them in
+    plugins.toml instead: [algorithms.{algorithm}] widths_by_batch_size = {{1 = 16, 8 = 8, 64 = 4}}."""
+    if algorithm != ALGORITHM:
+        return None
+    return None  # one width at every batch size
+
+
+@hookimpl
 def sgl_spec_max_verify_width(algorithm, num_draft_tokens, settings):
     """The largest width sgl_spec_verify_width may answer (sizes KV and CUDA graphs)."""
     if algorithm != ALGORITHM:
@@ -121,7 +134,13 @@ class Worker(worker_base()):
         """One scheduler step: draft, run the target's TARGET_VERIFY forward at
         the width the plugin answers, accept, and return SGLang's
         GenerationBatchResult (see the README's worker contract table and the
-        prompt-lookup example's worker, which does all of this)."""
+        prompt-lookup example's worker, which does all of this).
+
+        With widths by batch size (sgl_spec_verify_widths), the step's width
+        comes first, before drafting, from one schedule kept on the worker:
+            self.widths = width_by_batch.schedule_for(self.target_worker.model_runner)
+            width = self.widths.width(batch.batch_size())
+        (sglang_spec_plugins.patches.width_by_batch)."""
         raise NotImplementedError("{algorithm}: supply the drafter here")
 '''
 

@@ -28,7 +28,8 @@ def make_dist(root: Path, name: str, entry_points: Dict[str, str], modules: Dict
 PLUGIN_HEADER = "from sglang_spec_plugins import AlgorithmSpec, hookimpl\n"
 
 
-def simple_plugin(algorithm: str, width: Optional[str] = None, draft: Optional[str] = None, max_width: Optional[str] = None) -> str:
+def simple_plugin(algorithm: str, width: Optional[str] = None, draft: Optional[str] = None, max_width: Optional[str] = None,
+                  widths: Optional[str] = None) -> str:
     """Source of a module-style plugin offering ``algorithm``; each given hook
     body is an expression (``width`` may use ``num_draft_tokens`` and
     ``settings``), a hook not given is not implemented."""
@@ -36,6 +37,7 @@ def simple_plugin(algorithm: str, width: Optional[str] = None, draft: Optional[s
         "sgl_spec_verify_width(algorithm, num_draft_tokens, is_draft_worker, settings)": width,
         "sgl_spec_draft_may_verify(algorithm, settings)": draft,
         "sgl_spec_max_verify_width(algorithm, num_draft_tokens, settings)": max_width,
+        "sgl_spec_verify_widths(algorithm, num_draft_tokens, is_draft_worker, settings)": widths,
     }
     source = PLUGIN_HEADER + textwrap.dedent(f"""
         class Worker:

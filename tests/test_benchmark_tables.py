@@ -17,3 +17,21 @@ def test_layer_step_tables_from_committed_results():
             for backend in ("trtllm_mha", "flashinfer"):
                 assert f"**SGLang {release}, {backend}** ({metric}" in out
         assert "0 failed" in out and "worst |a÷b - 1|" in out
+
+
+def test_adaptive_width_dry_run(tmp_path):
+    """benchmarks/adaptive_width.py end to end without a GPU (a synthetic step-time model): buckets chosen from
+    the grid, the sequence served through the package's WidthSchedule, padded sizes, the report and its table."""
+    out = tmp_path / "adaptive.json"
+    text = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "adaptive_width.py"), "--dry-run", "--out", str(out),
+                           "--steps", "2"], capture_output=True, text=True, check=True).stdout
+    import json
+
+    data = json.loads(out.read_text())
+    assert data["dry_run"] and set(data["report"]) == {"0.6", "0.7", "0.8", "0.9"}
+    assert data["buckets"]["0.6"]["1"] >= data["buckets"]["0.6"]["64"]  # wider verify at small batches
+    for report in data["report"].values():
+        # the bucket width of the size a batch pads to is the best width at that size
+        assert all(r > 0.999 for r in report["per_batch_size_vs_best_width_there"].values())
+        assert report["adaptive_vs_static16"] >= 0.999
+    assert "acceptance 0.9: adaptive" in text and "vs best width there" in text

@@ -331,3 +331,22 @@ def test_plain_check_finds_a_wrong_case_width_hook(env, tmp_path):
     assert ("error: plugin 'lower' (lower-drafter==1.0): algorithm LOWER: sgl_spec_verify_width(num_draft_tokens=1, "
             "is_draft_worker=False) returned None for its own algorithm LOWER; hooks receive the name upper case") in out.stderr
     assert "(found at a default ndt; `check -n 1` shows it alone)" in out.stderr
+
+
+@pytest.mark.sglang
+def test_check_reports_widths_by_batch_and_their_backends(env, tmp_path):
+    cfg = tmp_path / "adaptive.toml"
+    cfg.write_text("[plugins]\nenable = ['sbd']\n[algorithms.SBD]\nmax_tokens_per_req = 16\n"
+                   "widths_by_batch_size = {1 = 16, 8 = 8, 64 = 4}\n")
+    out = run("check", str(cfg), "-n", "16", "--json", "--single-process", env=env)
+    data = json.loads(out.stdout)
+    widths = data["algorithms"]["SBD"]["widths"]["16"]
+    assert widths["target_by_batch"] == {"1": 16, "8": 8, "64": 4} and widths["target"] == 16
+    verdicts = data["sglang"]["backends"]["SBD"]["16"]["target worker"]
+    assert verdicts["fa3"]["verdict"] == "refused" and verdicts["fa3"]["reason"].startswith("at width 4: ")
+    assert verdicts["trtllm_mha"]["reason"].startswith("at widths 4, 8, 16: ") and verdicts["trtllm_mha"]["verdict"] != "refused"
+    assert verdicts["flashinfer"]["verdict"] == "refused"
+    assert verdicts["flashinfer"]["reason"] == ("at width 16: is not proven with widths by batch size "
+                                                "({1 = 16, 8 = 8, 64 = 4}; proven on: trtllm_mha)")
+    text = run("check", str(cfg), "-n", "16", "--single-process", env=env).stdout
+    assert "target 16, max 16, target by batch {1 = 16, 8 = 8, 64 = 4}" in text and "draft by batch" not in text

@@ -49,7 +49,7 @@ def predict(
         return {"version": found.version, "summary": f"{found.version}: cannot serve plugin algorithms", "lines": reasons,
                 "problems": problems, "backends": {}, "cpu_harness": harness}
 
-    from ..patches.backend_support import KNOWN_BACKENDS, attention_support
+    from ..patches.backend_support import KNOWN_BACKENDS, REFUSED, support_at_widths
     from .startup_check import DRAFT, TARGET, faults
     from .worker_contract import contract
 
@@ -79,12 +79,14 @@ def predict(
             for draft in workers:
                 if (ndt, draft) not in policy.width_cache:
                     continue  # its width was refused: reported already
-                width, shape = policy.width(ndt, draft), offered.spec.verify_shape
-                worker = DRAFT if draft else TARGET
+                shape, worker = offered.spec.verify_shape, DRAFT if draft else TARGET
+                widths = policy.candidate_widths(ndt, draft)
                 for backend in [attention_backend] if attention_backend else KNOWN_BACKENDS:
-                    support = attention_support(backend, width, ndt, shape, is_draft_worker=draft)
+                    width, support = support_at_widths(backend, policy, ndt, shape, draft)
+                    at = "" if len(widths) == 1 else f"at widths {', '.join(map(str, widths))}: " if support.verdict != REFUSED \
+                        else f"at width {width}: "
                     backends.setdefault(name, {}).setdefault(str(ndt), {}).setdefault(worker, {})[backend] = {
-                        "verdict": support.verdict, "reason": support.reason}
+                        "verdict": support.verdict, "reason": at + support.reason}
     return {"version": found.version, "summary": f"{found.version}: can serve plugin algorithms", "lines": lines,
             "problems": sorted(set(problems), key=problems.index), "backends": backends, "cpu_harness": harness}
 

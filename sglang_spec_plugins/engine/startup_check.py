@@ -110,15 +110,15 @@ def factory_faults(offered: OfferedAlgorithm, server_args: Any, release: Any) ->
 def backend_faults(offered: OfferedAlgorithm, policy: VerifyPolicy, version: str, ndt: Optional[int],
                    backends: Mapping[str, str]) -> List[str]:
     """The named attention backends that refuse the plugin's resolved width at ``ndt``."""
-    from ..patches.backend_support import REFUSED, attention_support
+    from ..patches.backend_support import REFUSED, support_at_widths
 
     found: List[str] = []
     for worker_name, backend in backends.items():
         draft = worker_name == DRAFT
         if ndt is None or (draft and not policy.draft_may_verify()) or (ndt, draft) not in policy.width_cache:
             continue  # no width, a draft worker that never verifies, or a width already refused
-        width, shape = policy.width(ndt, draft), offered.spec.verify_shape
-        support = attention_support(backend, width, ndt, shape, is_draft_worker=draft)
+        shape = offered.spec.verify_shape
+        width, support = support_at_widths(backend, policy, ndt, shape, draft)  # every width a step may use
         if support.verdict == REFUSED:
             found.append(f"--attention-backend {backend} on the {worker_name} at width {width} ({shape}, ndt {ndt}) "
                          f"on SGLang {version} is refused: {support.reason}")

@@ -6,11 +6,11 @@ apply/revert, all-or-nothing), :mod:`.source_edit` the line edits it makes.
 and ``engine`` import SGLang, and only when a patch is planned or applied.
 """
 
-from . import aiter, backend_gate, backend_support, capture_input, runners, trtllm_mha
+from . import aiter, backend_gate, backend_support, capture_input, runners, trtllm_mha, width_by_batch
 from .unit import Plan, apply_all, plan_all, revert_all
 
 PATCHES = (runners.PATCHES + capture_input.PATCHES + trtllm_mha.PATCHES + aiter.PATCHES + backend_support.PATCHES
-           + backend_gate.PATCHES)
+           + backend_gate.PATCHES + width_by_batch.PATCHES)
 
 
 

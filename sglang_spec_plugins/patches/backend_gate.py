@@ -8,7 +8,7 @@ there: ``ModelRunner._get_attention_backend_from_str`` up to 0.5.15,
 ``attention_backend_setup._build_full_attention_backend_from_str`` from
 0.5.16 (a prefill/decode pair builds through it twice, so both are gated).
 ``backends.gate`` wraps that function: for a plugin algorithm on a worker
-that runs TARGET_VERIFY it asks :func:`.backend_support.attention_support`
+that runs TARGET_VERIFY it asks :func:`.backend_support.support_at_widths` (:func:`.backend_support.attention_support` at every width a step may use)
 about the backend at the plugin's width and declared verify shape, and
 refuses with an :class:`EngineError` before the factory runs when the answer
 is ``refused``; backends the project has not examined (registered by a
@@ -29,7 +29,7 @@ from typing import Any, Optional, Tuple
 from ..engine.probe import source_file
 from ..engine.source_text import function_in_file
 from ..errors import EngineError
-from .backend_support import REFUSED, attention_support, configured_ndt, refusal, verifying_policy
+from .backend_support import REFUSED, configured_ndt, refusal, support_at_widths, verifying_policy
 from .unit import Target, WrapPatch
 
 _MLA_NAMES = {"flashinfer": "flashinfer_mla", "aiter": "aiter_mla"}
@@ -72,9 +72,9 @@ def check(backend_str: str, model_runner) -> None:
         return
     is_draft = bool(model_runner.is_draft_worker)
     ndt = configured_ndt(model_runner)
-    width, shape = policy.width(ndt, is_draft), model_runner.spec_algorithm.verify_shape
+    shape = model_runner.spec_algorithm.verify_shape
     name = classified_name(backend_str, model_runner)
-    support = attention_support(name, width, ndt, shape, is_draft_worker=is_draft)
+    width, support = support_at_widths(name, policy, ndt, shape, is_draft)
     if support.verdict == REFUSED:
         raise EngineError(refusal(policy, is_draft, width, ndt, name, support.reason, shape))
 

@@ -80,6 +80,34 @@ def configured_ndt(model_runner) -> int:
     return get_spec().speculative_num_draft_tokens
 
 
+WIDTHS_BY_BATCH_BACKENDS = frozenset({"trtllm_mha"})
+"""Backends whose CUDA-graph capture per batch size at different widths, and
+replays after every width switch, match attention from the batch definition
+(tests/on_sglang/test_width_by_batch.py). Not flashinfer: its captured
+wrappers of every batch size share one ``qo_indptr`` buffer (sliced
+``[:bs + 1]``), and its sync-free DFLASH replay plan (0.5.23) leaves that
+buffer as captured, "shape-static per (bs, draft_token_num)"; with another
+width at another batch size, a replay reads the offsets of the last size
+planned (seen in the CPU harness: ``[0, 4]`` on the device for a batch of one
+planned as ``[0, 6]``). Not triton either (its replays after a switch were
+wrong in the same harness). Both refused until served per width."""
+
+
+def support_at_widths(backend: str, policy, ndt: int, shape: str, is_draft_worker: bool):
+    """``(width, Support)`` of ``backend`` for every width a TARGET_VERIFY step of
+    this worker may use (:meth:`~..policy.VerifyPolicy.candidate_widths`): the
+    first width refused, else the widest. Widths by batch size are refused on a
+    backend outside :data:`WIDTHS_BY_BATCH_BACKENDS`."""
+    widths = policy.candidate_widths(ndt, is_draft_worker)
+    verdicts = [(w, attention_support(backend, w, ndt, shape, is_draft_worker=is_draft_worker)) for w in widths]
+    width, support = next(((w, s) for w, s in verdicts if s.verdict == REFUSED), verdicts[-1])
+    buckets = policy.widths(ndt, is_draft_worker)
+    if support.verdict != REFUSED and buckets is not None and backend not in WIDTHS_BY_BATCH_BACKENDS:
+        support = Support(REFUSED, f"is not proven with widths by batch size ({buckets}; proven on: "
+                                   f"{', '.join(sorted(WIDTHS_BY_BATCH_BACKENDS))})")
+    return width, support
+
+
 def refuse_other_width(backend: str, model_runner, ndt: int, lays_out: str) -> None:
     """Raise EngineError if this runner's plugin algorithm verifies a width
     other than ``ndt`` on a worker that runs TARGET_VERIFY; ``backend`` names
@@ -88,10 +116,10 @@ def refuse_other_width(backend: str, model_runner, ndt: int, lays_out: str) -> N
     if policy is None:
         return
     is_draft = bool(model_runner.is_draft_worker)
-    width = policy.width(ndt, is_draft)
-    if width != ndt:
-        raise EngineError(refusal(policy, is_draft, width, ndt, backend, lays_out)
-                          + " or a width equal to speculative_num_draft_tokens")
+    for width in policy.candidate_widths(ndt, is_draft):
+        if width != ndt:
+            raise EngineError(refusal(policy, is_draft, width, ndt, backend, lays_out)
+                              + " or a width equal to speculative_num_draft_tokens")
 
 
 def verifying_policy(model_runner):

@@ -176,6 +176,14 @@ def capture_input(algorithm, server_args, attn, num_tokens: int, max_bs: int):
     """What the release's decode CUDA-graph runner captures TARGET_VERIFY with,
     and the width it captures at: its own ``get_spec_info`` (as the class holds
     it now) on the runner its ``__init__`` built for ``algorithm``."""
+    runner = graph_runner_for(algorithm, server_args, attn, max_bs)
+    return type(runner).get_spec_info(runner, num_tokens), getattr(runner, "captured_req_width", None) or runner.num_tokens_per_bs
+
+
+def graph_runner_for(algorithm, server_args, attn, max_bs: int):
+    """The release's decode CUDA-graph runner for ``algorithm`` on ``attn``
+    (its ``__init__`` run through the speculative block), with what its
+    ``get_spec_info`` reads: the custom-mask buffer for ``max_bs`` requests."""
     runner = runner_drive.graph_runner(algorithm, False, server_args)
     mr = runner.model_runner
     mr.attn_backend, mr.dtype = attn, torch.float32
@@ -188,7 +196,7 @@ def capture_input(algorithm, server_args, attn, num_tokens: int, max_bs: int):
         module = importlib.import_module(type(runner).__module__)
         enabled = getattr(module, "ragged_verify_compact_graphs_enabled", lambda algo: False)
         runner.ragged_verify_mode, runner._captured_ragged_layouts = enabled(algorithm), {}
-    return type(runner).get_spec_info(runner, num_tokens), width
+    return runner
 
 
 def dummy_run_input(algorithm, server_args, attn, bs: int):

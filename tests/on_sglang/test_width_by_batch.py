@@ -1,0 +1,265 @@
+"""Widths by batch size through SGLang's own decode CUDA-graph runner and real
+attention backends: each captured size at its bucket's width (the release's
+own capture method, patched by ``width_by_batch``), and the attention oracle
+at every width after every switch, eager, capture and replay, as a batch
+grows and shrinks (capture_harness)."""
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is first imported (see test_trtllm_mha)
+
+import inspect
+import sys
+import textwrap
+import types
+
+import pytest
+import torch
+
+import capture_harness as ch
+import runner_drive
+import trtllm_harness as h
+from sglang_spec_plugins.patches import width_by_batch
+from sglang_spec_plugins.patches.unit import revert_all
+from sglang_spec_plugins.verify_widths import WidthBuckets, WidthSchedule, graph_size
+
+NDT, MAX_WIDTH = 4, 6
+BUCKETS = {1: 6, 2: 4, 4: 2}
+CAPTURED = [1, 2, 3, 4]
+
+PLUGIN = textwrap.dedent("""
+    from sglang_spec_plugins import AlgorithmSpec, hookimpl
+
+    class Worker:
+        pass
+
+    @hookimpl
+    def sgl_spec_algorithms():
+        return [AlgorithmSpec(name="BY_BATCH", worker_factory=lambda server_args: Worker)]
+    """)
+
+TOML = f"""
+[plugins]
+enable = ["bybatch"]
+[algorithms.BY_BATCH]
+max_tokens_per_req = {MAX_WIDTH}
+widths_by_batch_size = {{ {", ".join(f"{k} = {v}" for k, v in BUCKETS.items())} }}
+"""
+
+
+@pytest.fixture
+def algorithm(site, sglang_loaded):
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    site.add("bybatch-drafter", {"bybatch": "bybatch_mod"}, {"bybatch_mod": PLUGIN})
+    sglang_loaded(TOML)
+    return SpeculativeAlgorithm.from_string("BY_BATCH")
+
+
+def captured_tokens(runner, size):
+    """``num_tokens`` the release's own capture method (as the class holds it
+    now) computes for ``size``: run it up to that line and read it."""
+    method = getattr(type(runner), "capture_one_shape", None) or type(runner).capture_one_batch_size
+    original = inspect.unwrap(method)
+    source, first = inspect.getsourcelines(original)
+    line = first + next(i for i, text in enumerate(source) if text.strip().startswith("num_tokens ="))
+    seen = {}
+
+    def tracer(frame, event, arg):
+        if frame.f_code is not original.__code__:
+            return None
+
+        def local(frame, event, arg):
+            if event == "line" and frame.f_lineno > line:
+                seen.update(frame.f_locals)
+                raise runner_drive._PastTheBlock
+            return local
+
+        return local
+
+    previous = sys.gettrace()
+    sys.settrace(tracer)
+    try:
+        method(runner, size, lambda *a, **k: None)
+    except runner_drive._PastTheBlock:
+        pass
+    finally:
+        sys.settrace(previous)
+    return seen["num_tokens"], getattr(runner, width_by_batch.width_attribute(runner))
+
+
+def state_at_entry(method, runner, *args):
+    """(capture sizes, width) the runner shows when the release's own ``method``
+    (as the class holds it now: wrapped by the loader or not) starts running;
+    None if it never starts (a wrapper answered without it)."""
+    original = inspect.unwrap(method)
+    seen = []
+
+    def tracer(frame, event, arg):
+        if frame.f_code is original.__code__:
+            seen.append((list(runner.capture_bs), getattr(runner, width_by_batch.width_attribute(runner))))
+            raise runner_drive._PastTheBlock
+        return None
+
+    previous = sys.gettrace()
+    sys.settrace(tracer)
+    try:
+        method(runner, *args)
+    except runner_drive._PastTheBlock:
+        pass
+    finally:
+        sys.settrace(previous)
+    return seen[0] if seen else None
+
+
+def verify_batch(bs, width):
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+    return types.SimpleNamespace(forward_mode=ForwardMode.TARGET_VERIFY, batch_size=bs,
+                                 input_ids=torch.zeros(bs * width, dtype=torch.int64))
+
+
+def built_runner(algorithm):
+    with runner_drive.published(speculative_algorithm="BY_BATCH", speculative_num_draft_tokens=NDT) as server_args:
+        runner = runner_drive.graph_runner(algorithm, False, server_args)
+    runner.capture_bs = list(CAPTURED)
+    runner.speculative_num_draft_tokens = NDT
+    # Read by the capture method before its width line up to 0.5.13: the input buffers, a CUDA graph
+    # object and the capture stream (none exists on a CPU; nothing here uses them before the line).
+    runner.buffers, runner.stream, runner._create_device_graph = None, None, lambda: None
+    return runner
+
+
+def test_each_size_is_captured_at_its_bucket_s_width(algorithm):
+    runner = built_runner(algorithm)
+    assert getattr(runner, width_by_batch.width_attribute(runner)) == MAX_WIDTH  # sized with the largest
+    for size in CAPTURED:
+        tokens, after = captured_tokens(runner, size)
+        assert tokens == size * WidthBuckets.parse(BUCKETS).at(size)
+        assert after == MAX_WIDTH  # put back after the capture
+
+
+def test_without_the_patch_every_size_is_captured_at_the_largest_width(algorithm):
+    runner = built_runner(algorithm)
+    revert_all(list(width_by_batch.PATCHES))
+    assert [captured_tokens(runner, s)[0] for s in CAPTURED] == [s * MAX_WIDTH for s in CAPTURED]
+
+
+def replay_methods(runner):
+    """The release's can-run, load and replay methods (their names up to 0.5.13 / from 0.5.14)."""
+    cls = type(runner)
+    names = (("can_run_graph", "load_batch", "execute") if hasattr(cls, "load_batch") else ("can_run", "replay_prepare", "replay"))
+    return [getattr(cls, n) for n in names]
+
+
+def test_a_replay_sees_the_graphs_of_the_batch_s_width(algorithm):
+    """Each replay method of the release runs with the runner showing only the graphs captured at the
+    batch's width, at that width, so that its own padding picks the right graph; a batch no graph of its
+    width holds is refused before the release's check runs (eager)."""
+    runner = built_runner(algorithm)
+    for method in replay_methods(runner):
+        assert state_at_entry(method, runner, verify_batch(3, 2)) == ([4], 2)  # 3 requests at width 2: graph 4
+        assert state_at_entry(method, runner, verify_batch(1, 4)) == ([2, 3], 4)  # held at width 4: graph 2
+    can_run = replay_methods(runner)[0]
+    assert can_run(runner, verify_batch(2, 6)) is False  # width 6 is captured only for 1 request
+    assert state_at_entry(can_run, runner, verify_batch(2, 6)) is None
+    assert runner.capture_bs == CAPTURED and getattr(runner, width_by_batch.width_attribute(runner)) == MAX_WIDTH
+
+
+def test_a_recapture_during_a_replay_captures_every_size(algorithm):
+    runner = built_runner(algorithm)
+    width_by_batch.buckets_of(runner)
+    with width_by_batch.at_width(runner, 2):  # as inside a replay, where recapture_if_needed may capture again
+        assert state_at_entry(type(runner).capture, runner) == (CAPTURED, MAX_WIDTH)
+
+
+def test_without_the_patch_a_replay_sees_every_graph_at_the_largest_width(algorithm):
+    runner = built_runner(algorithm)
+    revert_all(list(width_by_batch.PATCHES))
+    for method in replay_methods(runner):
+        assert state_at_entry(method, runner, verify_batch(3, 2)) == (CAPTURED, MAX_WIDTH)
+
+
+def test_replay_pads_over_the_graphs_of_the_batch_s_width(algorithm):
+    """What the runner's own padding sees inside a replay: only the sizes captured at the batch's width."""
+    runner = built_runner(algorithm)
+    assert width_by_batch.buckets_of(runner) is not None
+    with width_by_batch.at_width(runner, 2):
+        assert runner.capture_bs == [4] and getattr(runner, width_by_batch.width_attribute(runner)) == 2
+    with width_by_batch.at_width(runner, 4):
+        assert runner.capture_bs == [2, 3]
+    assert runner.capture_bs == CAPTURED
+
+
+def test_backends_not_proven_with_widths_by_batch_are_refused_at_start_up(algorithm):
+    from sglang_spec_plugins.errors import EngineError
+    from sglang_spec_plugins.patches import backend_gate
+
+    with runner_drive.published(speculative_algorithm="BY_BATCH", speculative_num_draft_tokens=NDT) as server_args:
+        mr = runner_drive.model_runner(algorithm, False, server_args)
+        # flashinfer serves or is patched for every one of these widths on every release: refused for the buckets
+        with pytest.raises(EngineError, match=r"algorithm BY_BATCH \(plugin 'bybatch'\) verifies 6 tokens per request .* "
+                                              r"flashinfer attention backend is not proven with widths by batch size "
+                                              r"\(\{1 = 6, 2 = 4, 4 = 2\}; proven on: trtllm_mha\)"):
+            backend_gate.check("flashinfer", mr)
+        for name in ("triton", "fa3", "aiter"):  # refused for the buckets, or first for a width it lays out wrong
+            with pytest.raises(EngineError, match=rf"algorithm BY_BATCH \(plugin 'bybatch'\) verifies [246] tokens per "
+                                                  rf"request .* {name} attention backend "):
+                backend_gate.check(name, mr)
+        backend_gate.check("trtllm_mha", mr)
+
+
+@pytest.mark.parametrize("backend", ["trtllm_mha"])
+def test_attention_holds_at_every_width_as_the_batch_grows_and_shrinks(monkeypatch, algorithm, backend):
+    """One backend, graphs captured per size at the bucket's width (the runner's own
+    ``get_spec_info`` under the capture wrapper's width), then a sequence of steps
+    whose width the worker's schedule picks: each replayed on the graph of its
+    width (and run eagerly too), compared with attention from the batch definition."""
+    buckets = WidthBuckets.parse(BUCKETS)
+    gen = torch.Generator().manual_seed(7)
+    ch.bind_stand_ins(monkeypatch)
+    monkeypatch.setenv("SGLANG_FLASHINFER_WORKSPACE_SIZE", str(1 << 20))
+    with ch.published(monkeypatch, backend, "BY_BATCH", NDT, max(CAPTURED)) as server_args:
+        attn = ch.build_backend(backend, server_args, algorithm, max(CAPTURED), MAX_WIDTH)
+        runner = ch.graph_runner_for(algorithm, server_args, attn, max(CAPTURED))
+        runner.capture_bs, runner.speculative_num_draft_tokens = list(CAPTURED), NDT
+        assert width_by_batch.buckets_of(runner) == buckets
+        for size in reversed(CAPTURED):  # as SGLang captures: largest first
+            width = buckets.at(size)
+            with width_by_batch.at_width(runner, width, sizes=tuple(CAPTURED)):
+                info = type(runner).get_spec_info(runner, size * width)
+            assert info.draft_token_num == width
+            capture = h.make_batch(attn, [0] * size, width, gen)
+            fb = ch.forward_batch(capture, attn, info, algorithm)
+            h.init_metadata(attn, fb, "capture")
+            ch.forward(attn, fb, capture)
+        schedule = WidthSchedule(buckets, CAPTURED, hold_steps=1)
+        seen = []
+        for bs in (1, 2, 4, 3, 1, 1, 4, 2, 2, 1):
+            width = schedule.width(bs)
+            seen.append(width)
+            size = graph_size(buckets, bs, width, CAPTURED)  # the graph the runner replays it on
+            for phase, n in (("replay", size), ("eager", bs)):
+                prefixes = torch.randint(1, 20, (n,), generator=gen).tolist()
+                batch = h.make_batch(attn, prefixes, width, gen)
+                fb = ch.forward_batch(batch, attn, ch.worker_input("chain", width, None), algorithm)
+                if hasattr(fb.spec_info, "live_seq_lens_cpu"):  # 0.5.22+: a chain verify's seq_lens_cpu are KV lengths
+                    fb.seq_lens_cpu = fb.seq_lens_cpu + width
+                h.init_metadata(attn, fb, phase)
+                out = ch.forward(attn, fb, batch)
+                ref = ch.reference(batch, attn, [torch.ones(width, width, dtype=torch.bool).tril()] * n)
+                torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4, msg=f"{phase} bs={n} width={width}")
+        assert seen == [6, 4, 2, 2, 6, 6, 2, 2, 4, 4]  # shrinking waits one step
+
+
+def test_a_worker_s_schedule_follows_the_runner_s_graphs(algorithm):
+    runner = built_runner(algorithm)
+    mr = runner.model_runner
+    mr.graph_runner = mr.decode_cuda_graph_runner = runner
+    with runner_drive.published(speculative_algorithm="BY_BATCH", speculative_num_draft_tokens=NDT):
+        schedule = width_by_batch.schedule_for(mr, hold_steps=1)
+    assert schedule.capture_sizes == tuple(CAPTURED)
+    assert [schedule.width(n) for n in (1, 4, 2, 2)] == [6, 2, 2, 4]  # shrinking waits one step
+    mr.decode_cuda_graph_runner = mr.graph_runner = None  # eager
+    with runner_drive.published(speculative_algorithm="BY_BATCH", speculative_num_draft_tokens=NDT):
+        assert width_by_batch.schedule_for(mr).capture_sizes is None
