@@ -140,7 +140,7 @@ class VerifyPolicy:
         try:
             return None if answer is None else WidthBuckets.parse(answer)
         except WidthBucketsError as exc:
-            raise self._fault(f"{call} returned {_show(answer)}, not widths by batch size: {exc}") from None
+            raise self._fault(f"{call} returned {show(answer)}, not widths by batch size: {exc}") from None
 
     def candidate_widths(self, num_draft_tokens: int, is_draft_worker: bool) -> Tuple[int, ...]:
         """Every width a TARGET_VERIFY step of this worker may use, ascending."""
