@@ -378,7 +378,7 @@ CASES = [
     Case("widths hook not a mapping", r"sgl_spec_verify_widths\(num_draft_tokens=8, is_draft_worker=False\) returned 8, not widths by batch size: expected a non-empty mapping",
          WIDTH, {"bad": simple_plugin("BAD", widths="8")}, ndt=8),
     Case("widths hook changes", r"sgl_spec_verify_widths\(num_draft_tokens=8, is_draft_worker=False\) answered \{1 = \d+\}, then \{1 = \d+\} for the same arguments; answers must be pure",
-         WIDTH + "[algorithms.BAD]\nmax_tokens_per_req = 1000000\n", {"bad": simple_plugin("BAD", widths="{1: __import__('itertools').count(1).__next__() + __import__('random').randrange(10**5)}")}, ndt=8),
+         WIDTH + "[algorithms.BAD]\nmax_tokens_per_req = 1024\n", {"bad": simple_plugin("BAD", widths="{1: __import__('itertools').count(1).__next__() + __import__('random').randrange(10**5)}")}, ndt=8),
     Case("width hook raises", r"sgl_spec_verify_width\(num_draft_tokens=8, is_draft_worker=False\) raised ZeroDivisionError", WIDTH,
          {"bad": simple_plugin("BAD", width="num_draft_tokens // 0")}, ndt=8),
     Case("width hook exits", r"sgl_spec_verify_width\(num_draft_tokens=8, is_draft_worker=False\) raised SystemExit \(it called sys.exit\(7\)\)", WIDTH,
