@@ -82,12 +82,12 @@ def test_weight_updates_reach_the_target_only(sbd):
 
 
 def test_sglangs_draft_kv_pool_lookup_finds_none(sbd):
-    """SGLang's own lookup (0.5.13-0.5.20: ``kv_cache_builder.get_draft_kv_pool``,
+    """SGLang's own lookup (0.5.13-0.5.17 and 0.5.19-0.5.20: ``kv_cache_builder.get_draft_kv_pool``,
     the function that crashed on 0.5.16 with ``draft_worker`` None) returns None
     for the plugin worker, as it does for NGRAM."""
     builder = pytest.importorskip("sglang.srt.mem_cache.kv_cache_builder")
     if not hasattr(builder, "get_draft_kv_pool"):
-        pytest.skip("no get_draft_kv_pool here: 0.5.12 looks the pool up in Scheduler, 0.5.21+ in "
+        pytest.skip("no get_draft_kv_pool here: 0.5.12 looks the pool up in Scheduler, 0.5.18 and 0.5.21+ in "
                     "primary_draft_kv_pool (compared above)")
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
