@@ -24,13 +24,13 @@ from __future__ import annotations
 from http import HTTPStatus
 from typing import List, Optional
 
-import torch
-
+# SGLang first: where it is missing, the ImportError names it (the kit then skips SGLang's checks)
 from sglang.srt.managers.schedule_batch import FINISH_ABORT
 from sglang.srt.managers.utils import GenerationBatchResult
 from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardMode
 from sglang.srt.speculative.dflash_info import DFlashVerifyInput
 from sglang.srt.speculative.ngram_info import NgramVerifyInput
+import torch
 
 from sglang_spec_plugins.engine.algorithm import policy_for
 from sglang_spec_plugins.engine.worker_contract import worker_base
