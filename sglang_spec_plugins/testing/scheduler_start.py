@@ -32,7 +32,7 @@ import sys
 import tempfile
 import traceback
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 TINY_LLAMA = {
     "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
@@ -51,6 +51,27 @@ up to 0.5.12. Stand-ins only where the package is not installed."""
 
 def start(algorithm: str, worker: Optional[str] = None, ndt: int = 4) -> Dict[str, Any]:
     """Run ``Scheduler.__init__`` in this process (see the module doc)."""
+    try:
+        scheduler = make_scheduler(algorithm, worker, ndt)
+    except Exception as exc:
+        return {"started": False, "error": f"{type(exc).__name__}: {exc}", "frames": _sglang_frames(exc)}
+    spec = scheduler.draft_worker
+    return {
+        "started": True,
+        "target_worker": type(scheduler.tp_worker).__name__,
+        "spec_worker": f"{type(spec).__module__}.{type(spec).__qualname__}",
+        "model_worker_is_spec_worker": scheduler.model_worker is spec,
+        "max_total_num_tokens": scheduler.max_total_num_tokens,
+        "tree_cache": type(scheduler.tree_cache).__name__,
+    }
+
+
+def make_scheduler(algorithm: Optional[str], worker: Optional[str] = None, ndt: int = 4,
+                   before_init: Optional[Callable[[Any], None]] = None, **server_args: Any):
+    """The installed release's real ``Scheduler`` on the tiny Llama (see the
+    module doc); ``algorithm`` None starts it without speculative decoding.
+    ``server_args`` add to or replace the defaults (names a release lacks are
+    dropped); ``before_init(port_args)`` runs just before ``Scheduler.__init__``."""
     os.environ.setdefault("TRITON_INTERPRET", "1")  # SGLang's Triton kernels (KV-pool warm-up) run interpreted
     from .cpu import absent_kernel_package, install_stand_ins, run_sglang_plugin_loading
 
@@ -63,41 +84,37 @@ def start(algorithm: str, worker: Optional[str] = None, ndt: int = 4) -> Dict[st
     from sglang.srt.server_args import PortArgs, ServerArgs
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
-    algo = SpeculativeAlgorithm.from_string(algorithm)
-    if worker is not None:
-        module, _, name = worker.partition(":")
-        cls = getattr(importlib.import_module(module), name)
-        algo.factory = lambda server_args: cls
+    supports_overlap = False
+    if algorithm is not None:
+        algo = SpeculativeAlgorithm.from_string(algorithm)
+        supports_overlap = getattr(algo, "supports_overlap", False)
+        if worker is not None:
+            module, _, name = worker.partition(":")
+            cls = getattr(importlib.import_module(module), name)
+            algo.factory = lambda server_args: cls
     model = Path(tempfile.mkdtemp(prefix="tiny-llama-"))
     (model / "config.json").write_text(json.dumps(TINY_LLAMA))
     fields = dict(model_path=str(model), load_format="dummy", device="cpu", skip_tokenizer_init=True,
-                  speculative_algorithm=algorithm, speculative_num_draft_tokens=ndt,
-                  disable_overlap_schedule=not getattr(algo, "supports_overlap", False),
+                  speculative_algorithm=algorithm, disable_overlap_schedule=not supports_overlap,
                   max_total_tokens=2048, disable_cuda_graph=True, disable_piecewise_cuda_graph=True)
+    if algorithm is not None:
+        fields["speculative_num_draft_tokens"] = ndt
+    fields.update(server_args)
     known = set(inspect.signature(ServerArgs).parameters)  # graph flags differ by release
     args = ServerArgs(**{name: value for name, value in fields.items() if name in known})
     port_args = PortArgs.init_new(args)
     _publish(args)
+    if before_init is not None:
+        before_init(port_args)
 
     from sglang.srt.managers.scheduler import Scheduler
 
     ranks = {name: (None if name == "dp_rank" else 0)
              for name in list(inspect.signature(Scheduler.__init__).parameters)[3:]}
     try:
-        scheduler = Scheduler(args, port_args, **ranks)
-    except Exception as exc:
-        return {"started": False, "error": f"{type(exc).__name__}: {exc}", "frames": _sglang_frames(exc)}
+        return Scheduler(args, port_args, **ranks)
     finally:
         shutil.rmtree(model, ignore_errors=True)
-    spec = scheduler.draft_worker
-    return {
-        "started": True,
-        "target_worker": type(scheduler.tp_worker).__name__,
-        "spec_worker": f"{type(spec).__module__}.{type(spec).__qualname__}",
-        "model_worker_is_spec_worker": scheduler.model_worker is spec,
-        "max_total_num_tokens": scheduler.max_total_num_tokens,
-        "tree_cache": type(scheduler.tree_cache).__name__,
-    }
 
 
 class _SysModules:

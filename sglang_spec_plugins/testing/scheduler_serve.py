@@ -1,0 +1,129 @@
+"""Serve a few greedy requests through SGLang's real ``Scheduler`` on a CPU.
+
+``python -m sglang_spec_plugins.testing.scheduler_serve [ALGORITHM] [--ndt N]
+[--max-new-tokens N]`` makes the installed release's real ``Scheduler`` on the
+tiny random Llama of :mod:`.scheduler_start` (``ALGORITHM`` left out: no
+speculative decoding), float32 on SGLang's ``triton`` attention backend (its
+Triton kernels run under ``TRITON_INTERPRET=1``), then serves
+:data:`PROMPTS` the way a server does: the requests go, as
+``TokenizedGenerateReqInput`` objects, through the ZMQ socket the tokenizer
+manager binds, and the release's own ``event_loop_normal`` (in a thread of
+this process) receives them, schedules, runs and processes each batch and
+sends ``BatchTokenIDOutput`` to the socket the tokenizer manager binds (with
+``skip_tokenizer_init`` there is no detokenizer), where they are read back. Nothing of the loop is replaced.
+
+It prints one JSON line: per request the output tokens, SGLang's own
+``completion_tokens`` and ``spec_verify_ct`` (verify forwards), and the wall
+time; or the error. One process per run (see :mod:`.scheduler_start`).
+"""
+
+from __future__ import annotations
+
+import inspect
+from array import array
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+from typing import Any, Dict, List, Optional
+
+from .scheduler_start import make_scheduler
+
+PROMPTS = {
+    "repetitive": [5, 17, 33, 48, 61, 5, 17, 33, 48, 61, 5, 17, 33, 48, 61, 5, 17, 33, 48, 61],
+    "mixed": [9, 200, 14, 77, 130, 41, 9, 200, 14, 250, 3, 88, 160, 41, 9, 200, 14, 77, 12, 99],
+    "random": [101, 7, 222, 45, 190, 66, 13, 241, 80, 155, 31, 172, 94, 208, 57, 119, 26, 233, 140, 71],
+}
+"""Token ids (vocabulary 256). ``repetitive`` repeats a 5-token phrase."""
+
+TIMEOUT_S = 600
+
+
+def serve(algorithm: Optional[str], ndt: int = 4, max_new_tokens: int = 20) -> Dict[str, Any]:
+    """Serve :data:`PROMPTS` (greedy, ``max_new_tokens`` each, EOS ignored) through
+    the real scheduler; the result described in the module doc."""
+    import zmq
+
+    sockets = {}
+
+    def bind(port_args):  # what the tokenizer manager and the detokenizer bind
+        from sglang.srt.utils.network import get_zmq_socket  # after make_scheduler's stand-ins
+
+        context = zmq.Context(2)
+        sockets["to_scheduler"] = get_zmq_socket(context, zmq.PUSH, port_args.scheduler_input_ipc_name, True)
+        # skip_tokenizer_init: the scheduler sends its outputs straight to the tokenizer manager
+        sockets["from_scheduler"] = get_zmq_socket(context, zmq.PULL, port_args.tokenizer_ipc_name, True)
+
+    began = time.monotonic()
+    try:
+        scheduler = make_scheduler(algorithm, ndt=ndt, before_init=bind, attention_backend="triton",
+                                   dtype="float32", disable_radix_cache=True)
+    except Exception as exc:
+        return {"served": False, "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()[-3000:]}
+    started = time.monotonic()
+    failure: List[str] = []
+
+    def loop():
+        try:
+            scheduler.event_loop_normal()
+        except BaseException:  # reported, the main thread stops waiting
+            failure.append(traceback.format_exc()[-4000:])
+
+    threading.Thread(target=loop, daemon=True).start()
+    for rid, tokens in PROMPTS.items():
+        sockets["to_scheduler"].send_pyobj(_request(rid, tokens, max_new_tokens))
+    results: Dict[str, Dict[str, Any]] = {}
+    poller = zmq.Poller()
+    poller.register(sockets["from_scheduler"], zmq.POLLIN)
+    while len(results) < len(PROMPTS) and not failure and time.monotonic() - started < TIMEOUT_S:
+        if not poller.poll(200):
+            continue
+        out = sockets["from_scheduler"].recv_pyobj()
+        if type(out).__name__ != "BatchTokenIDOutput":
+            continue
+        for i, rid in enumerate(out.rids):
+            entry = results.setdefault(rid, {"output_ids": []})
+            entry["output_ids"].extend(int(t) for t in out.output_ids[i])
+            if out.finished_reasons[i] is not None:
+                entry["done"] = True
+                entry["completion_tokens"] = int(out.completion_tokens[i])
+                verify = getattr(out, "spec_verify_ct", None)
+                entry["spec_verify_ct"] = int(verify[i]) if verify else 0
+    finished = {rid: r for rid, r in results.items() if r.get("done")}
+    return {"served": len(finished) == len(PROMPTS) and not failure, "error": failure[0] if failure else None,
+            "requests": finished, "init_s": round(started - began, 1),
+            "serve_s": round(time.monotonic() - started, 1)}
+
+
+def _request(rid: str, tokens: List[int], max_new_tokens: int):
+    """The ``TokenizedGenerateReqInput`` the tokenizer manager sends for a greedy
+    request of token ids (fields by the installed release's signature)."""
+    from sglang.srt.managers.io_struct import TokenizedGenerateReqInput
+    from sglang.srt.sampling.sampling_params import SamplingParams
+
+    params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, ignore_eos=True)
+    params.normalize(None)
+    values = dict(rid=rid, input_text=None, input_ids=list(tokens), sampling_params=params, return_logprob=False,
+                  logprob_start_len=-1, top_logprobs_num=0, token_ids_logprob=None, stream=False)
+    parameters = inspect.signature(TokenizedGenerateReqInput).parameters
+    if "array" in str(parameters["input_ids"].annotation):  # 0.5.2x: token ids travel as array("q")
+        values["input_ids"] = array("q", tokens)
+    fields = {name: values.get(name) for name, p in parameters.items()
+              if p.default is inspect.Parameter.empty or name in values}
+    return TokenizedGenerateReqInput(**fields)
+
+
+def main(argv: List[str]) -> int:
+    algorithm = argv[0] if argv and not argv[0].startswith("--") else None
+    options = dict(zip(argv[1 if algorithm else 0::2], argv[2 if algorithm else 1::2]))
+    result = serve(algorithm, ndt=int(options.get("--ndt", 4)),
+                   max_new_tokens=int(options.get("--max-new-tokens", 20)))
+    print(json.dumps(result), flush=True)
+    sys.stdout.flush()
+    os._exit(0)  # the scheduler's loop thread and sockets would keep the process alive
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
