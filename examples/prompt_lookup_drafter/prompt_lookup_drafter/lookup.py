@@ -27,11 +27,11 @@ def propose(tokens: Sequence[int], count: int, *, max_ngram: int = 3, min_ngram:
     for n in range(min(max_ngram, known - 1), min_ngram - 1, -1):
         start = _last_earlier_occurrence(tokens, n)
         if start is not None:
-            extended = list(tokens)
             follow = start + n  # < known: the occurrence ends before the suffix does
-            for k in range(count):
-                extended.append(extended[follow + k])
-            return extended[known:]
+            draft: List[int] = []
+            for k in range(follow, follow + count):  # read on into the draft itself past the end
+                draft.append(tokens[k] if k < known else draft[k - known])
+            return draft
     return [tokens[-1]] * count
 
 

@@ -109,7 +109,7 @@ class PromptLookupWorker(worker_base()):
     def _drafts(self, batch) -> List[List[int]]:
         chains = []
         for req in batch.reqs:
-            tokens = list(req.origin_input_ids) + list(req.output_ids)
+            tokens = [*req.origin_input_ids, *req.output_ids]  # one copy: prompt and output so far
             chains.append([tokens[-1], *propose(tokens, self.width - 1, max_ngram=self.max_ngram,
                                                 min_ngram=self.min_ngram)])
         return chains
