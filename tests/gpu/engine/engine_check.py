@@ -1,6 +1,6 @@
 """Start one real ``sglang.Engine`` and generate greedily; one JSON line of results.
 
-usage: python3 engine_check.py LABEL --backend triton|flashinfer [--no-cuda-graph]
+usage: python3 engine_check.py LABEL --backend triton|flashinfer [--no-cuda-graph] [--deterministic]
            [--spec NAME --ndt N] [--tp N] [--batches 1,8,32] [--new-tokens 64] [--timing]
 
 With ``--spec`` the algorithm is served with ``--speculative-num-draft-tokens``
@@ -11,6 +11,15 @@ prompt lookup finds its continuation) and random ones. Each result line holds
 the output token ids (compared across engines by ``compare.py``), the
 speculative counters SGLang reports per request, and with ``--timing`` the
 tokens per second of each batch size (a warm-up batch first).
+
+``--deterministic`` starts the engine with SGLang's
+``--enable-deterministic-inference``: batch-invariant matmuls and attention
+split sizes, so that a token's logits do not depend on how many other rows
+(requests, or a request's other verified tokens) the step carries. Without
+it, a decode step and a verify step reach the same logits through kernels
+that sum in another order, and on a near-tie greedy decoding may go either
+way; with it, a speculative engine that commits the right tokens must give
+exactly the plain engine's outputs.
 
 Everything runs under the ``__main__`` guard: SGLang spawns its scheduler,
 which imports this file again.
@@ -50,6 +59,8 @@ def engine_kwargs(args):
     )
     if not args.cuda_graph:
         kwargs["disable_cuda_graph"] = True
+    if args.deterministic:
+        kwargs["enable_deterministic_inference"] = True
     if args.spec:
         kwargs.update(speculative_algorithm=args.spec, speculative_num_draft_tokens=args.ndt,
                       disable_overlap_schedule=True)
@@ -121,6 +132,7 @@ if __name__ == "__main__":
     parser.add_argument("label")
     parser.add_argument("--backend", required=True)
     parser.add_argument("--no-cuda-graph", dest="cuda_graph", action="store_false")
+    parser.add_argument("--deterministic", action="store_true", help="SGLang's --enable-deterministic-inference")
     parser.add_argument("--spec")
     parser.add_argument("--ndt", type=int, default=4)
     parser.add_argument("--tp", type=int, default=1)
@@ -129,7 +141,8 @@ if __name__ == "__main__":
     parser.add_argument("--timing", action="store_true")
     parser.add_argument("--sampled", action="store_true", help="also send a temperature-0.8 request")
     args = parser.parse_args()
-    record = {"label": args.label, "backend": args.backend, "cuda_graph": args.cuda_graph, "spec": args.spec,
+    record = {"label": args.label, "backend": args.backend, "cuda_graph": args.cuda_graph,
+              "deterministic": args.deterministic, "spec": args.spec,
               "ndt": args.ndt if args.spec else None, "tp": args.tp,
               "plugins_config": os.environ.get("SGLANG_SPEC_PLUGINS_CONFIG"), "ok": False}
     process_started = time.time()

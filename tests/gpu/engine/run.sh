@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # On the H200 machine, from the root of the tree a device call sent (carry: .e2e, built by site.sh):
-#   tests/gpu/engine/run.sh PHASE...      phases: setup single flashinfer triton tp margins
+#   tests/gpu/engine/run.sh PHASE...      phases: setup single flashinfer triton deterministic tp margins
 # setup   unpack .e2e/site.tar.xz to /tmp/site, install .e2e/wheels to /tmp/site-proj, write the model
 # single  two queues of engines at once, one per GPU (GPU 0: triton, GPU 1: flashinfer; on a one-GPU
 #         machine both on GPU 0, one after the other): plain decoding, PROMPT_LOOKUP below and at ndt,
 #         graphs on and off, SGLang's NGRAM, and triton below ndt, which the loader refuses
 # flashinfer, triton: one of those queues on GPU 0
+# deterministic  the same checks under SGLang's --enable-deterministic-inference (batch-invariant kernels):
+#         flashinfer below ndt and triton at ndt, graphs on and off, and SGLang's NGRAM; the two queues run
+#         at once on GPU 0 (nothing is timed: these engines check outputs only)
 # tp      tensor parallelism 2 on GPUs 0 and 1
+# margins how close each divergence of results/engine/divergences.json was (MARGINS=flashinfer: one backend)
 # $OUT gets: engines.jsonl (one line per engine), timeline.txt, logs.tar.xz, and the JIT caches.
 set -u
 T0=$(date +%s); E=$PWD/.e2e; H=$PWD/tests/gpu/engine
@@ -74,6 +78,22 @@ flashinfer_queue() {
   engine $g fi_ngram_cg -- --backend flashinfer --spec NGRAM --ndt 4 --timing
   engine $g fi_pl_at_nocg $AT -- --backend flashinfer $PL --no-cuda-graph
 }
+DET=--deterministic
+flashinfer_det_queue() {
+  engine 0 fidet_base_cg -- --backend flashinfer $DET
+  engine 0 fidet_pl_below_cg $BELOW -- --backend flashinfer $PL $DET
+  engine 0 fidet_base_nocg -- --backend flashinfer --no-cuda-graph $DET
+  engine 0 fidet_pl_below_nocg $BELOW -- --backend flashinfer $PL --no-cuda-graph $DET
+  engine 0 fidet_pl_at_cg $AT -- --backend flashinfer $PL $DET
+  engine 0 fidet_ngram_cg -- --backend flashinfer --spec NGRAM --ndt 4 $DET
+}
+triton_det_queue() {
+  engine 0 tridet_base_cg -- --backend triton $DET
+  engine 0 tridet_pl_at_cg $AT -- --backend triton $PL $DET
+  engine 0 tridet_base_nocg -- --backend triton --no-cuda-graph $DET
+  engine 0 tridet_pl_at_nocg $AT -- --backend triton $PL --no-cuda-graph $DET
+  engine 0 tridet_ngram_cg -- --backend triton --spec NGRAM --ndt 4 $DET
+}
 tp_runs() {
   engine 0,1 tp2_fi_pl_below_cg $BELOW -- --backend flashinfer $PL --tp 2 --batches 1,8
   engine 0,1 tp2_tri_pl_at_cg $AT -- --backend triton $PL --tp 2 --batches 1,8
@@ -89,9 +109,10 @@ for phase in "$@"; do
       else flashinfer_queue 0; triton_queue 0; fi ;;
     flashinfer) flashinfer_queue 0 ;;
     triton) triton_queue 0 ;;
+    deterministic) flashinfer_det_queue & triton_det_queue & wait ;;
     tp) tp_runs ;;
     margins)  # how close each divergence of results/engine/divergences.json was (margins.py)
-      for backend in flashinfer triton; do
+      for backend in ${MARGINS:-flashinfer triton}; do
         (cd /tmp && timeout 200 python3 $H/margins.py $H/../results/engine/divergences.json $backend \
            > /tmp/engine-logs/margins_$backend.log 2>&1); tl "margins $backend rc=$?"
       done ;;
