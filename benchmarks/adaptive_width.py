@@ -33,15 +33,20 @@ SGLang's decode graph runner captures it (``gpu_layer_step.Bench``).
    ``WidthSchedule`` (what a worker asks), new random sequence lengths every
    step; the whole sequence timed with CUDA events. Each static width serves
    the same sequence on its own graphs. Accepted tokens count only the real
-   requests of a padded batch. After every width switch the adaptive step's
-   output is compared with a float32 reference (relative error).
+   requests of a padded batch. At the first switch to each (size, width)
+   the adaptive step's output is compared with a float32 reference
+   (relative error, ``step_errors``); the control is the same comparison on
+   each static width's graph of every size, after its timing.
 
 Reported: per acceptance, accepted tokens per second per batch size and
 over the sequence (each phase of the sequence serving the same number of
 accepted tokens, so a faster width ends its phase sooner: the harmonic mean
 of the phases' rates), adaptive against static 16 and against the best static width
 (the single width that does best over the sequence; and, per batch size,
-the best width at that size); the memory of each configuration's graphs.
+the best width at that size); the memory each configuration reserved
+(its graphs' pools and the backend's buffers, measured with the allocator's
+cache emptied before and after; configurations with the same buckets share
+one capture).
 """
 
 from __future__ import annotations
@@ -196,13 +201,15 @@ class Gpu:
         torch, g = self.torch, self.g
         bench = g.Bench("trtllm_mha", g.NDT, self.layer, self.max_bs, self.max_context, self.gen)
         torch.cuda.synchronize()
-        free_before = torch.cuda.mem_get_info()[0]
+        torch.cuda.empty_cache()  # what earlier configurations freed is given back: not counted, not reused
+        reserved_before = torch.cuda.memory_reserved()
         graphs = {size: bench.capture(size, width, [CONTEXT] * size) for size, width in sorted(widths_by_size.items(), reverse=True)}
         torch.cuda.synchronize()
-        self.memory[name] = (free_before - torch.cuda.mem_get_info()[0]) / 2**20
+        torch.cuda.empty_cache()
+        self.memory[name] = (torch.cuda.memory_reserved() - reserved_before) / 2**20
         previous, checked = [None], set()
 
-        def step(raw, size, width):
+        def step(raw, size, width, check=False):
             graph, fb, x, (out, _) = graphs[size]
             assert widths_by_size[size] == width, (size, width, widths_by_size)
             lens = torch.randint(CONTEXT // 2, CONTEXT, (size,), generator=self.rng).tolist()
@@ -212,7 +219,7 @@ class Gpu:
             bench.step(graph, fb)
             end.record()
             end.synchronize()
-            if previous[0] not in (None, width) and (size, width) not in checked:  # first switch to it: the numbers
+            if check or (previous[0] not in (None, width) and (size, width) not in checked):  # first switch to it
                 checked.add((size, width))
                 ref, _ = bench.reference(x, fb, width)
                 self.errors.append({"config": name, "bs": size, "width": width, "rel_err": g.rel_err(out, ref)})
@@ -229,6 +236,7 @@ class Gpu:
             for bs in batches:
                 times = sorted(step(bs, bs, w) for _ in range(self.args.iters))
                 out[bs][w] = times[len(times) // 2]
+                step(bs, bs, w, check=True)  # the static width's error at this size: the control of the switches'
         return out, steps
 
 
@@ -282,16 +290,34 @@ def run(args) -> dict:
         import torch
 
         result.update(release=backend.release, device=torch.cuda.get_device_name(), torch=torch.__version__,
-                      graph_memory_mb=backend.memory, switch_errors=backend.errors,
+                      graph_memory_mb=backend.memory, step_errors=backend.errors,
                       stood_in=sorted(set(backend.g.STOOD_IN)))
     result["wall_s"] = round(time.time() - started, 1)
     return result
+
+
+def markdown(result: dict) -> str:
+    """The committed tables of benchmarks/README.md: the step-time grid, then per acceptance the
+    adaptive buckets against static widths."""
+    widths = [str(w) for w in result["widths"]]
+    lines = ["| batch | " + " | ".join(f"width {w}" for w in widths) + " |", "|---" * (len(widths) + 1) + "|"]
+    for bs, row in result["grid_step_ms"].items():
+        lines.append(f"| {bs} | " + " | ".join(f"{row[w]:.2f}" for w in widths) + " |")
+    lines += ["", "| acceptance | adaptive tok/s | vs static 16 | best static | vs best static | batch 64 vs static 16 "
+              "| worst batch size vs best width there |", "|---|---|---|---|---|---|---|"]
+    for a, r in result["report"].items():
+        adaptive = next(v for k, v in r["rows"].items() if k.startswith("adaptive"))
+        lines.append(f"| {a} | {adaptive['tokens_per_s']:.0f} | {r['adaptive_vs_static16']:.2f} | {r['best_static']} | "
+                     f"{r['adaptive_vs_best_static']:.2f} | {r['per_batch_size_vs_static16']['64']:.2f} | "
+                     f"{min(r['per_batch_size_vs_best_width_there'].values()):.3f} |")
+    return "\n".join(lines)
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path)
     parser.add_argument("--dry-run", action="store_true", help="no GPU: a synthetic step-time model")
+    parser.add_argument("--markdown", type=Path, metavar="RESULT", help="print a committed result's tables and exit")
     parser.add_argument("--batches", type=int, nargs="+", default=list(BATCHES))
     parser.add_argument("--widths", type=int, nargs="+", default=list(WIDTHS))
     parser.add_argument("--acceptance", type=float, nargs="+", default=list(ACCEPTANCE))
@@ -301,12 +327,20 @@ def main(argv=None) -> int:
     parser.add_argument("--hold-steps", type=int, default=0, help="the schedule's hysteresis (verify_widths.WidthSchedule)")
     parser.add_argument("--iters", type=int, default=20)
     args = parser.parse_args(argv)
+    if args.markdown:
+        print(markdown(json.loads(args.markdown.read_text())))
+        return 0
     if max(args.sequence) > max(args.batches):
         parser.error("every batch size of --sequence must fit the largest of --batches (SGLang runs larger ones eagerly)")
     result = run(args)
     if args.out:
         args.out.write_text(json.dumps(result, indent=1))
     print(table(result["report"]))
+    if not args.dry_run:
+        print("memory reserved per configuration (MB):", {k: round(v) for k, v in result["graph_memory_mb"].items()})
+        for kind in ("static", "adaptive"):
+            errs = [e["rel_err"] for e in result["step_errors"] if e["config"].startswith(kind)]
+            print(f"relative error against float32, {kind} steps: {len(errs)} checked, largest {max(errs, default=0):.4f}")
     return 0
 
 

@@ -1,6 +1,7 @@
 """Start one real ``sglang.Engine`` and generate greedily; one JSON line of results.
 
 usage: python3 engine_check.py LABEL --backend triton|flashinfer [--no-cuda-graph] [--deterministic]
+           [--dtype auto|float16|float32]
            [--spec NAME --ndt N] [--tp N] [--batches 1,8,32] [--new-tokens 64] [--timing]
 
 With ``--spec`` the algorithm is served with ``--speculative-num-draft-tokens``
@@ -20,6 +21,14 @@ it, a decode step and a verify step reach the same logits through kernels
 that sum in another order, and on a near-tie greedy decoding may go either
 way; with it, a speculative engine that commits the right tokens must give
 exactly the plain engine's outputs.
+
+``--dtype`` serves the (bf16) model in another precision (SGLang's
+``--dtype``; ``auto`` keeps bf16). The logits of a random model have many
+near-ties at bf16's resolution (a logit of 40 is rounded to a multiple of
+0.25), which any change of kernel flips; float16 has 8 times the resolution,
+and float32 on triton (with ``TRITON_F32_DEFAULT=ieee``, so that ``tl.dot``
+does not round to tf32) leaves no near-ties that a kernel's summation order
+reaches.
 
 Everything runs under the ``__main__`` guard: SGLang spawns its scheduler,
 which imports this file again.
@@ -61,6 +70,8 @@ def engine_kwargs(args):
         kwargs["disable_cuda_graph"] = True
     if args.deterministic:
         kwargs["enable_deterministic_inference"] = True
+    if args.dtype != "auto":
+        kwargs["dtype"] = args.dtype
     if args.spec:
         kwargs.update(speculative_algorithm=args.spec, speculative_num_draft_tokens=args.ndt,
                       disable_overlap_schedule=True)
@@ -133,6 +144,7 @@ if __name__ == "__main__":
     parser.add_argument("--backend", required=True)
     parser.add_argument("--no-cuda-graph", dest="cuda_graph", action="store_false")
     parser.add_argument("--deterministic", action="store_true", help="SGLang's --enable-deterministic-inference")
+    parser.add_argument("--dtype", default="auto", choices=["auto", "float16", "float32"])
     parser.add_argument("--spec")
     parser.add_argument("--ndt", type=int, default=4)
     parser.add_argument("--tp", type=int, default=1)
@@ -142,7 +154,7 @@ if __name__ == "__main__":
     parser.add_argument("--sampled", action="store_true", help="also send a temperature-0.8 request")
     args = parser.parse_args()
     record = {"label": args.label, "backend": args.backend, "cuda_graph": args.cuda_graph,
-              "deterministic": args.deterministic, "spec": args.spec,
+              "deterministic": args.deterministic, "dtype": args.dtype, "spec": args.spec,
               "ndt": args.ndt if args.spec else None, "tp": args.tp,
               "plugins_config": os.environ.get("SGLANG_SPEC_PLUGINS_CONFIG"), "ok": False}
     process_started = time.time()

@@ -9,6 +9,8 @@
 # deterministic  the same checks under SGLang's --enable-deterministic-inference (batch-invariant kernels):
 #         flashinfer below ndt and triton at ndt, graphs on and off, and SGLang's NGRAM; the two queues run
 #         at once on GPU 0 (nothing is timed: these engines check outputs only)
+# precision  the same checks with the model served in float16 (flashinfer, below and at ndt) and float32
+#         (triton at ndt, tl.dot in IEEE float32), where bf16's near-ties are gone; both queues at once on GPU 0
 # tp      tensor parallelism 2 on GPUs 0 and 1
 # margins how close each divergence of results/engine/divergences.json was (MARGINS=flashinfer: one backend)
 # $OUT gets: engines.jsonl (one line per engine), timeline.txt, logs.tar.xz, and the JIT caches.
@@ -94,6 +96,22 @@ triton_det_queue() {
   engine 0 tridet_pl_at_nocg $AT -- --backend triton $PL --no-cuda-graph $DET
   engine 0 tridet_ngram_cg -- --backend triton --spec NGRAM --ndt 4 $DET
 }
+F16="--dtype float16"; F32="--dtype float32"; IEEE=TRITON_F32_DEFAULT=ieee
+flashinfer_f16_queue() {
+  engine 0 fi16_base_cg -- --backend flashinfer $F16
+  engine 0 fi16_pl_below_cg $BELOW -- --backend flashinfer $PL $F16
+  engine 0 fi16_base_nocg -- --backend flashinfer --no-cuda-graph $F16
+  engine 0 fi16_pl_below_nocg $BELOW -- --backend flashinfer $PL --no-cuda-graph $F16
+  engine 0 fi16_pl_at_cg $AT -- --backend flashinfer $PL $F16
+  engine 0 fi16_ngram_cg -- --backend flashinfer --spec NGRAM --ndt 4 $F16
+}
+triton_f32_queue() {
+  engine 0 tri32_base_cg $IEEE -- --backend triton $F32
+  engine 0 tri32_pl_at_cg $IEEE $AT -- --backend triton $PL $F32
+  engine 0 tri32_base_nocg $IEEE -- --backend triton --no-cuda-graph $F32
+  engine 0 tri32_pl_at_nocg $IEEE $AT -- --backend triton $PL --no-cuda-graph $F32
+  engine 0 tri32_ngram_cg $IEEE -- --backend triton --spec NGRAM --ndt 4 $F32
+}
 tp_runs() {
   engine 0,1 tp2_fi_pl_below_cg $BELOW -- --backend flashinfer $PL --tp 2 --batches 1,8
   engine 0,1 tp2_tri_pl_at_cg $AT -- --backend triton $PL --tp 2 --batches 1,8
@@ -110,6 +128,7 @@ for phase in "$@"; do
     flashinfer) flashinfer_queue 0 ;;
     triton) triton_queue 0 ;;
     deterministic) flashinfer_det_queue & triton_det_queue & wait ;;
+    precision) flashinfer_f16_queue & triton_f32_queue & wait ;;
     tp) tp_runs ;;
     margins)  # how close each divergence of results/engine/divergences.json was (margins.py)
       for backend in ${MARGINS:-flashinfer triton}; do
