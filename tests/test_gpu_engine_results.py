@@ -27,14 +27,16 @@ def summary():
 def test_every_prompt_lookup_engine_served_every_batch(summary):
     rows, _ = summary
     served = [label for label, row in rows.items() if row["spec"] == "PROMPT_LOOKUP" and row["ok"]]
-    assert sorted(served) == ["fi_pl_at_cg", "fi_pl_at_nocg", "fi_pl_below_cg", "fi_pl_below_nocg",
-                              "tri_pl_at_cg", "tri_pl_at_nocg"]
+    assert sorted(served) == ["fi16_pl_below_cg", "fi16_pl_below_nocg", "fi_pl_at_cg", "fi_pl_at_nocg",
+                              "fi_pl_below_cg", "fi_pl_below_nocg", "fidet_pl_at_cg", "fidet_pl_below_cg",
+                              "fidet_pl_below_nocg", "tri_pl_at_cg", "tri_pl_at_nocg", "tridet_pl_at_cg",
+                              "tridet_pl_at_nocg"]
     for label in served:
         assert {(r["batch"], r["prompts"]) for r in rows[label]["runs"]} == {
             (b, p) for b in (1, 8, 32) for p in ("repetitive", "random")}
 
 
-@pytest.mark.parametrize("label", ["fi_pl_below_nocg", "fi_pl_at_nocg"])
+@pytest.mark.parametrize("label", ["fi_pl_below_nocg", "fi_pl_at_nocg", "fidet_pl_below_nocg", "fi16_pl_below_nocg"])
 def test_flashinfer_eager_outputs_equal_plain_decoding(summary, label):
     rows, _ = summary
     assert all(r["identical"] == r["requests"] for r in rows[label]["runs"])
@@ -56,8 +58,36 @@ def test_the_loader_refusal_and_the_sampling_refusal_were_seen(summary):
 
 def test_measured_divergences_are_near_ties(summary):
     _, margins = summary
-    assert sum(m["divergences"] for m in margins.values()) == 158
+    assert sum(m["divergences"] for label, m in margins.items() if label.startswith("tri_")) == 158
+    assert sum(m["divergences"] for label, m in margins.items() if label.startswith("fi_")) == 147
     assert max(m["max_margin"] for m in margins.values()) <= 0.5
+
+
+def _identical(rows, label):
+    return sum(r["identical"] for r in rows[label]["runs"]), sum(r["requests"] for r in rows[label]["runs"])
+
+
+def test_float16_closes_most_of_the_graph_divergence(summary):
+    """Below ndt on flashinfer with CUDA graphs: 32 of 82 identical in bf16 (50 diverge), 73 in float16 (9 diverge,
+    8x the resolution), as near-ties predict; the same weights' plain decoding is identical with graphs on and off."""
+    rows, _ = summary
+    assert _identical(rows, "fi_pl_below_cg") == (32, 82)
+    assert _identical(rows, "fi16_pl_below_cg") == (73, 82)
+
+
+def test_a_change_of_kernel_alone_moves_outputs_as_much():
+    records = compare.load(RESULTS)
+    found = {tuple(a["engines"]): (a["identical"], a["requests"]) for a in compare.agreement(records)}
+    assert found[("fi_base_cg", "fi_base_nocg")] == (82, 82) and found[("fi16_base_cg", "fi16_base_nocg")] == (82, 82)
+    assert found[("fi_base_nocg", "tri_base_nocg")] == (30, 82)
+    assert found[("fi_base_nocg", "fidet_base_nocg")] == (24, 82)
+
+
+def test_float32_is_not_served_by_0_5_16_on_cuda(summary):
+    rows, _ = summary
+    failed = [label for label in rows if label.startswith("tri32_")]
+    assert len(failed) == 5
+    assert all("failed to dispatch data type Float" in rows[label]["failure"] for label in failed)
 
 
 def test_compare_prints_the_tables():

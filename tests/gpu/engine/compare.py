@@ -8,7 +8,10 @@ usage: python3 compare.py RESULTS_DIR [--divergences OUT.json] [--markdown]
   (the first token comes from the prefill);
 * speed: tokens per second of the timed batches, and the ratio to the plain engine;
 * refusals: an engine the loader stopped, with the loader's message from its log
-  (SGLang kills the process group when a scheduler fails, so no result line is written).
+  (SGLang kills the process group when a scheduler fails, so no result line is written),
+  and engines that failed otherwise, with the last exception of their log;
+* agreement: engines that differ in one thing (graphs, kernels, precision, width), request by
+  request: how much a change of kernel alone moves greedy outputs on this model.
 """
 
 from __future__ import annotations
@@ -34,8 +37,11 @@ def load(results: Path) -> Dict[str, dict]:
                 if label in records and not records[label].get("runs"):
                     text = logs.extractfile(member).read().decode(errors="replace")
                     refusal = re.findall(r"sglang_spec_plugins\.errors\.\w+: (.*)", text)
+                    failure = re.findall(r"^(?:\w+\.)*\w*(?:Error|Exception): (.*)", text, re.M)
                     if refusal:
                         records[label]["refusal"] = refusal[-1]
+                    elif failure:
+                        records[label]["failure"] = failure[-1]
     return records
 
 
@@ -61,7 +67,8 @@ def summarize(records: Dict[str, dict]) -> dict:
     for label, record in records.items():
         base = records.get(baseline_of(label) or "")
         row = {"label": label, "spec": record.get("spec"), "ok": bool(record.get("runs")),
-               "refusal": record.get("refusal"), "sampled_refusal": None, "runs": []}
+               "refusal": record.get("refusal"), "failure": record.get("failure"), "skipped": record.get("skipped"),
+               "sampled_refusal": None, "runs": []}
         if record.get("stage") == "sampled":
             row["sampled_refusal"] = record.get("error")
         plain = {(r["batch"], r["prompts"]): r for r in (base or {}).get("runs", [])}
@@ -108,6 +115,31 @@ def divergences(records: Dict[str, dict]) -> List[dict]:
     return out
 
 
+AGREEMENT = [  # pairs of engines that differ in one thing, and what that thing is
+    ("fi_base_cg", "fi_base_nocg", "plain flashinfer: CUDA graphs on / off"),
+    ("tri_base_cg", "tri_base_nocg", "plain triton: CUDA graphs on / off"),
+    ("fi_base_nocg", "tri_base_nocg", "plain decoding: flashinfer / triton"),
+    ("fi_base_nocg", "fidet_base_nocg", "plain flashinfer: default / deterministic inference"),
+    ("fi16_base_cg", "fi16_base_nocg", "plain flashinfer, float16: CUDA graphs on / off"),
+    ("fi_pl_below_cg", "fi_pl_below_nocg", "PROMPT_LOOKUP width 2, flashinfer: CUDA graphs on / off"),
+    ("fi_pl_below_cg", "fi_pl_at_cg", "PROMPT_LOOKUP on flashinfer graphs: width 2 / 4"),
+    ("fi_pl_below_cg", "fi_ngram_cg", "flashinfer graphs: PROMPT_LOOKUP width 2 / SGLang's NGRAM"),
+    ("tri_pl_at_cg", "tri_pl_at_nocg", "PROMPT_LOOKUP width 4, triton: CUDA graphs on / off"),
+]
+
+
+def agreement(records: Dict[str, dict]) -> List[dict]:
+    """For each pair of :data:`AGREEMENT` that ran: how many requests gave the same greedy output."""
+    out = []
+    for a, b, what in AGREEMENT:
+        if not (records.get(a, {}).get("runs") and records.get(b, {}).get("runs")):
+            continue
+        theirs = {(r["batch"], r["prompts"]): r["output_ids"] for r in records[b]["runs"]}
+        pairs = [(x, y) for r in records[a]["runs"] for x, y in zip(r["output_ids"], theirs[(r["batch"], r["prompts"])])]
+        out.append({"engines": [a, b], "differs_in": what, "identical": sum(x == y for x, y in pairs), "requests": len(pairs)})
+    return out
+
+
 def margins(results: Path) -> Optional[dict]:
     """What ``margins.py`` measured: per engine, how many divergences were near-ties
     (the two chosen tokens among the plain engine's top two, or tied with its top)."""
@@ -136,6 +168,14 @@ def markdown(summary: dict) -> str:
                          f"{run['committed_per_step'] or '-'} | {t.get('tokens_per_s', '-')} | {t.get('vs_plain') or '-'} |")
         if row["refusal"]:
             lines.append(f"| {row['label']} | refused at start-up: {row['refusal']} |||||")
+        elif row["failure"]:
+            lines.append(f"| {row['label']} | failed: {row['failure']} |||||")
+        elif not row["ok"]:
+            lines.append(f"| {row['label']} | not run: {row['skipped']} |||||")
+    if summary.get("agreement"):
+        lines += ["", "| engines | they differ in | identical requests |", "|---|---|---|"]
+        lines += [f"| {' / '.join(a['engines'])} | {a['differs_in']} | {a['identical']}/{a['requests']} |"
+                  for a in summary["agreement"]]
     if summary.get("margins"):
         lines += ["", "| engine | diverging requests measured | the two chosen tokens are the plain engine's top two | largest top-1 minus top-2 log-probability |",
                   "|---|---|---|---|"]
@@ -157,4 +197,5 @@ if __name__ == "__main__":
         print(f"{len(found)} diverging requests -> {args.divergences}")
     summary = summarize(records)
     summary["margins"] = margins(args.results)
+    summary["agreement"] = agreement(records)
     print(markdown(summary) if args.markdown else json.dumps(summary, indent=1))
