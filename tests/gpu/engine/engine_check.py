@@ -1,7 +1,7 @@
 """Start one real ``sglang.Engine`` and generate greedily; one JSON line of results.
 
 usage: python3 engine_check.py LABEL --backend triton|flashinfer [--no-cuda-graph] [--deterministic]
-           [--dtype auto|float16|float32]
+           [--dtype auto|float16|float32] [--staggered]
            [--spec NAME --ndt N] [--tp N] [--batches 1,8,32] [--new-tokens 64] [--timing]
 
 With ``--spec`` the algorithm is served with ``--speculative-num-draft-tokens``
@@ -21,6 +21,10 @@ it, a decode step and a verify step reach the same logits through kernels
 that sum in another order, and on a near-tie greedy decoding may go either
 way; with it, a speculative engine that commits the right tokens must give
 exactly the plain engine's outputs.
+
+``--staggered`` gives the requests of a batch different lengths (64, 58, ...,
+22 new tokens, over and over), so that a batch shrinks while it decodes and
+a speculative engine with widths by batch size switches width mid-run.
 
 ``--dtype`` serves the (bf16) model in another precision (SGLang's
 ``--dtype``; ``auto`` keeps bf16). The logits of a random model have many
@@ -99,13 +103,19 @@ def run(args, record):
     engine = sglang.Engine(**kwargs)
     record["engine_start_s"] = round(time.time() - started, 1)
     greedy = {"temperature": 0, "max_new_tokens": args.new_tokens, "ignore_eos": True}
+
+    def params(count):
+        if not args.staggered:
+            return greedy
+        return [dict(greedy, max_new_tokens=args.new_tokens - 6 * (i % 8)) for i in range(count)]
+
     record["stage"] = "generate"
     record["runs"] = []
     for bs in args.batches:
         for kind in ("repetitive", "random"):
             batch = prompts(kind, bs, seed=bs)
             started = time.time()
-            outputs = engine.generate(input_ids=batch, sampling_params=greedy)
+            outputs = engine.generate(input_ids=batch, sampling_params=params(bs))
             took = time.time() - started
             record["runs"].append({
                 "batch": bs, "prompts": kind, "seconds": round(took, 4),
@@ -119,9 +129,9 @@ def run(args, record):
         for bs in args.batches:
             for kind in ("repetitive", "random"):
                 batch = prompts(kind, bs, seed=1000 + bs)
-                engine.generate(input_ids=batch, sampling_params=greedy)  # warm-up at this shape
+                engine.generate(input_ids=batch, sampling_params=params(bs))  # warm-up at this shape
                 started = time.time()
-                outputs = engine.generate(input_ids=batch, sampling_params=greedy)
+                outputs = engine.generate(input_ids=batch, sampling_params=params(bs))
                 took = time.time() - started
                 tokens = sum(len(o["output_ids"]) for o in outputs)
                 record["timing"].append({"batch": bs, "prompts": kind, "tokens": tokens, "seconds": round(took, 4),
@@ -145,6 +155,7 @@ if __name__ == "__main__":
     parser.add_argument("--no-cuda-graph", dest="cuda_graph", action="store_false")
     parser.add_argument("--deterministic", action="store_true", help="SGLang's --enable-deterministic-inference")
     parser.add_argument("--dtype", default="auto", choices=["auto", "float16", "float32"])
+    parser.add_argument("--staggered", action="store_true", help="requests of different lengths in a batch")
     parser.add_argument("--spec")
     parser.add_argument("--ndt", type=int, default=4)
     parser.add_argument("--tp", type=int, default=1)
@@ -154,7 +165,7 @@ if __name__ == "__main__":
     parser.add_argument("--sampled", action="store_true", help="also send a temperature-0.8 request")
     args = parser.parse_args()
     record = {"label": args.label, "backend": args.backend, "cuda_graph": args.cuda_graph,
-              "deterministic": args.deterministic, "dtype": args.dtype, "spec": args.spec,
+              "deterministic": args.deterministic, "dtype": args.dtype, "staggered": args.staggered, "spec": args.spec,
               "ndt": args.ndt if args.spec else None, "tp": args.tp,
               "plugins_config": os.environ.get("SGLANG_SPEC_PLUGINS_CONFIG"), "ok": False}
     process_started = time.time()

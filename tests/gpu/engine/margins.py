@@ -28,7 +28,7 @@ if __name__ == "__main__":
     prefix = {"flashinfer": "fi_", "triton": "tri_"}[args.backend]  # engine labels in run.sh
     found = [d for d in json.load(open(args.divergences)) if d["label"].startswith(prefix)]
     options = argparse.Namespace(backend=args.backend, tp=1, batches=[32], cuda_graph=True, deterministic=False,
-                                 dtype="auto", spec=None)
+                                 dtype="auto", staggered=False, spec=None)
     engine = sglang.Engine(**engine_kwargs(options))
     outputs = engine.generate(input_ids=[d["input_ids"] for d in found],
                               sampling_params={"temperature": 0, "max_new_tokens": 1},

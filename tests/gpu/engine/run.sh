@@ -11,6 +11,9 @@
 #         at once on GPU 0 (nothing is timed: these engines check outputs only)
 # precision  the same checks with the model served in float16 (flashinfer, below and at ndt) and float32
 #         (triton at ndt, tl.dot in IEEE float32), where bf16's near-ties are gone; both queues at once on GPU 0
+# widths  PROMPT_LOOKUP with widths by batch size (plugins_widths.toml: 4 below 8 requests, 2 from 8) on
+#         flashinfer in float16, graphs on and off, batches that shrink as they decode (--staggered), and the
+#         plain engines; all four at once on GPU 0
 # tp      tensor parallelism 2 on GPUs 0 and 1
 # margins how close each divergence of results/engine/divergences.json was (MARGINS=flashinfer: one backend)
 # $OUT gets: engines.jsonl (one line per engine), timeline.txt, logs.tar.xz, and the JIT caches.
@@ -112,6 +115,14 @@ triton_f32_queue() {
   engine 0 tri32_pl_at_nocg $IEEE $AT -- --backend triton $PL --no-cuda-graph $F32
   engine 0 tri32_ngram_cg $IEEE -- --backend triton --spec NGRAM --ndt 4 $F32
 }
+WIDTHS=SGLANG_SPEC_PLUGINS_CONFIG=$H/plugins_widths.toml
+widths_runs() {
+  engine 0 fiw_base_cg -- --backend flashinfer $F16 --staggered &
+  engine 0 fiw_base_nocg -- --backend flashinfer $F16 --staggered --no-cuda-graph &
+  engine 0 fiw_pl_cg $WIDTHS -- --backend flashinfer $PL $F16 --staggered &
+  engine 0 fiw_pl_nocg $WIDTHS -- --backend flashinfer $PL $F16 --staggered --no-cuda-graph &
+  wait
+}
 tp_runs() {
   engine 0,1 tp2_fi_pl_below_cg $BELOW -- --backend flashinfer $PL --tp 2 --batches 1,8
   engine 0,1 tp2_tri_pl_at_cg $AT -- --backend triton $PL --tp 2 --batches 1,8
@@ -129,6 +140,7 @@ for phase in "$@"; do
     triton) triton_queue 0 ;;
     deterministic) flashinfer_det_queue & triton_det_queue & wait ;;
     precision) flashinfer_f16_queue & triton_f32_queue & wait ;;
+    widths) widths_runs ;;
     tp) tp_runs ;;
     margins)  # how close each divergence of results/engine/divergences.json was (margins.py)
       for backend in ${MARGINS:-flashinfer triton}; do
