@@ -83,38 +83,25 @@ flashinfer_queue() {
   engine $g fi_ngram_cg -- --backend flashinfer --spec NGRAM --ndt 4 --timing
   engine $g fi_pl_at_nocg $AT -- --backend flashinfer $PL --no-cuda-graph
 }
-DET=--deterministic
-flashinfer_det_queue() {
-  engine 0 fidet_base_cg -- --backend flashinfer $DET
-  engine 0 fidet_pl_below_cg $BELOW -- --backend flashinfer $PL $DET
-  engine 0 fidet_base_nocg -- --backend flashinfer --no-cuda-graph $DET
-  engine 0 fidet_pl_below_nocg $BELOW -- --backend flashinfer $PL --no-cuda-graph $DET
-  engine 0 fidet_pl_at_cg $AT -- --backend flashinfer $PL $DET
-  engine 0 fidet_ngram_cg -- --backend flashinfer --spec NGRAM --ndt 4 $DET
+# identity checks, untimed: PREFIX [engine_check flags...]; EXTRA: environment for every engine
+flashinfer_checks() {
+  local p=$1; shift
+  engine 0 ${p}_base_cg ${EXTRA:-} -- --backend flashinfer "$@"
+  engine 0 ${p}_pl_below_cg ${EXTRA:-} $BELOW -- --backend flashinfer $PL "$@"
+  engine 0 ${p}_base_nocg ${EXTRA:-} -- --backend flashinfer --no-cuda-graph "$@"
+  engine 0 ${p}_pl_below_nocg ${EXTRA:-} $BELOW -- --backend flashinfer $PL --no-cuda-graph "$@"
+  engine 0 ${p}_pl_at_cg ${EXTRA:-} $AT -- --backend flashinfer $PL "$@"
+  engine 0 ${p}_ngram_cg ${EXTRA:-} -- --backend flashinfer --spec NGRAM --ndt 4 "$@"
 }
-triton_det_queue() {
-  engine 0 tridet_base_cg -- --backend triton $DET
-  engine 0 tridet_pl_at_cg $AT -- --backend triton $PL $DET
-  engine 0 tridet_base_nocg -- --backend triton --no-cuda-graph $DET
-  engine 0 tridet_pl_at_nocg $AT -- --backend triton $PL --no-cuda-graph $DET
-  engine 0 tridet_ngram_cg -- --backend triton --spec NGRAM --ndt 4 $DET
+triton_checks() {
+  local p=$1; shift
+  engine 0 ${p}_base_cg ${EXTRA:-} -- --backend triton "$@"
+  engine 0 ${p}_pl_at_cg ${EXTRA:-} $AT -- --backend triton $PL "$@"
+  engine 0 ${p}_base_nocg ${EXTRA:-} -- --backend triton --no-cuda-graph "$@"
+  engine 0 ${p}_pl_at_nocg ${EXTRA:-} $AT -- --backend triton $PL --no-cuda-graph "$@"
+  engine 0 ${p}_ngram_cg ${EXTRA:-} -- --backend triton --spec NGRAM --ndt 4 "$@"
 }
-F16="--dtype float16"; F32="--dtype float32"; IEEE=TRITON_F32_DEFAULT=ieee
-flashinfer_f16_queue() {
-  engine 0 fi16_base_cg -- --backend flashinfer $F16
-  engine 0 fi16_pl_below_cg $BELOW -- --backend flashinfer $PL $F16
-  engine 0 fi16_base_nocg -- --backend flashinfer --no-cuda-graph $F16
-  engine 0 fi16_pl_below_nocg $BELOW -- --backend flashinfer $PL --no-cuda-graph $F16
-  engine 0 fi16_pl_at_cg $AT -- --backend flashinfer $PL $F16
-  engine 0 fi16_ngram_cg -- --backend flashinfer --spec NGRAM --ndt 4 $F16
-}
-triton_f32_queue() {
-  engine 0 tri32_base_cg $IEEE -- --backend triton $F32
-  engine 0 tri32_pl_at_cg $IEEE $AT -- --backend triton $PL $F32
-  engine 0 tri32_base_nocg $IEEE -- --backend triton --no-cuda-graph $F32
-  engine 0 tri32_pl_at_nocg $IEEE $AT -- --backend triton $PL --no-cuda-graph $F32
-  engine 0 tri32_ngram_cg $IEEE -- --backend triton --spec NGRAM --ndt 4 $F32
-}
+F16="--dtype float16"
 WIDTHS=SGLANG_SPEC_PLUGINS_CONFIG=$H/plugins_widths.toml
 widths_runs() {
   engine 0 fiw_base_cg -- --backend flashinfer $F16 --staggered &
@@ -138,8 +125,9 @@ for phase in "$@"; do
       else flashinfer_queue 0; triton_queue 0; fi ;;
     flashinfer) flashinfer_queue 0 ;;
     triton) triton_queue 0 ;;
-    deterministic) flashinfer_det_queue & triton_det_queue & wait ;;
-    precision) flashinfer_f16_queue & triton_f32_queue & wait ;;
+    deterministic) flashinfer_checks fidet --deterministic & triton_checks tridet --deterministic & wait ;;
+    precision)  # float32 triton with tl.dot in IEEE float32, not tf32
+      flashinfer_checks fi16 --dtype float16 & EXTRA=TRITON_F32_DEFAULT=ieee triton_checks tri32 --dtype float32 & wait ;;
     widths) widths_runs ;;
     tp) tp_runs ;;
     margins)  # how close each divergence of results/engine/divergences.json was (margins.py)
