@@ -1,9 +1,11 @@
 """For each request where a speculative engine's greedy output left the plain one's: how close was it?
 
-usage: python3 margins.py DIVERGENCES.json BACKEND     (on the H200, under run.sh's environment)
+usage: python3 margins.py DIVERGENCES.json BACKEND [--prefix LABEL_PREFIX] [--dtype float16]
+       (on the H200, under run.sh's environment)
 
-Starts the plain engine of ``BACKEND`` (CUDA graphs on, as ``engine_check.py`` starts it)
-and, for every divergence of that backend (``compare.py --divergences``), prefills the prompt and
+Starts the plain engine of ``BACKEND`` (CUDA graphs on, as ``engine_check.py`` starts it, in
+``--dtype``) and, for every divergence of the engines whose label starts with ``--prefix``
+(default: that backend's bf16 engines of ``run.sh``) (``compare.py --divergences``), prefills the prompt and
 the common prefix and asks for the two most likely next tokens. A divergence that is a near-tie
 (the two tokens the engines chose are the plain engine's top two, a small log-probability apart)
 comes from two kernels summing in another order (a decode step and a verify step), not from the
@@ -20,15 +22,17 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("divergences")
     parser.add_argument("backend")
+    parser.add_argument("--prefix")
+    parser.add_argument("--dtype", default="auto")
     args = parser.parse_args()
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import sglang
     from engine_check import engine_kwargs
 
-    prefix = {"flashinfer": "fi_", "triton": "tri_"}[args.backend]  # engine labels in run.sh
+    prefix = args.prefix or {"flashinfer": "fi_", "triton": "tri_"}[args.backend]  # engine labels in run.sh
     found = [d for d in json.load(open(args.divergences)) if d["label"].startswith(prefix)]
     options = argparse.Namespace(backend=args.backend, tp=1, batches=[32], cuda_graph=True, deterministic=False,
-                                 dtype="auto", staggered=False, spec=None)
+                                 dtype=args.dtype, staggered=False, spec=None)
     engine = sglang.Engine(**engine_kwargs(options))
     outputs = engine.generate(input_ids=[d["input_ids"] for d in found],
                               sampling_params={"temperature": 0, "max_new_tokens": 1},
