@@ -1,7 +1,11 @@
 """Serve a few greedy requests through SGLang's real ``Scheduler`` on a CPU.
 
 ``python -m sglang_spec_plugins.testing.scheduler_serve [ALGORITHM] [--ndt N]
-[--max-new-tokens N]`` makes the installed release's real ``Scheduler`` on the
+[--max-new-tokens N[,N,N]] [--late-after K]`` (``--max-new-tokens``: one for
+every request, or one per request of :data:`PROMPTS` in order: requests that
+finish at different steps make the batch shrink; ``--late-after K``: the last
+request is sent only once ``K`` verify steps have run, so it joins a running
+batch) makes the installed release's real ``Scheduler`` on the
 tiny random Llama of :mod:`.scheduler_start` (``ALGORITHM`` left out: no
 speculative decoding), float32 on SGLang's ``triton`` attention backend (its
 Triton kernels run under ``TRITON_INTERPRET=1``), then serves
@@ -13,8 +17,10 @@ sends ``BatchTokenIDOutput`` to the socket the tokenizer manager binds (with
 ``skip_tokenizer_init`` there is no detokenizer), where they are read back. Nothing of the loop is replaced.
 
 It prints one JSON line: per request the output tokens, SGLang's own
-``completion_tokens`` and ``spec_verify_ct`` (verify forwards), and the wall
-time; or the error. One process per run (see :mod:`.scheduler_start`).
+``completion_tokens`` and ``spec_verify_ct`` (verify forwards); the
+``verify_steps``, ``[batch size, tokens per request]`` of every TARGET_VERIFY
+``ForwardBatch`` the target's model runner ran, in order; and the wall time;
+or the error. One process per run (see :mod:`.scheduler_start`).
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 from .scheduler_start import make_scheduler
 
@@ -41,9 +47,14 @@ PROMPTS = {
 TIMEOUT_S = 600
 
 
-def serve(algorithm: Optional[str], ndt: int = 4, max_new_tokens: int = 20) -> Dict[str, Any]:
-    """Serve :data:`PROMPTS` (greedy, ``max_new_tokens`` each, EOS ignored) through
-    the real scheduler; the result described in the module doc."""
+def serve(algorithm: Optional[str], ndt: int = 4, max_new_tokens: Union[int, Sequence[int]] = 20,
+          late_after: Optional[int] = None) -> Dict[str, Any]:
+    """Serve :data:`PROMPTS` (greedy, EOS ignored; ``max_new_tokens`` each, or
+    one per request in order; the last one sent after ``late_after`` verify
+    steps) through the real scheduler; the result described in the module doc."""
+    lengths = [max_new_tokens] * len(PROMPTS) if isinstance(max_new_tokens, int) else list(max_new_tokens)
+    if len(lengths) != len(PROMPTS):
+        raise ValueError(f"max_new_tokens: one for every request or {len(PROMPTS)}, got {max_new_tokens!r}")
     import zmq
 
     sockets = {}
@@ -64,6 +75,7 @@ def serve(algorithm: Optional[str], ndt: int = 4, max_new_tokens: int = 20) -> D
         return {"served": False, "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()[-3000:]}
     started = time.monotonic()
     failure: List[str] = []
+    verify_steps = _record_verify_steps(scheduler.tp_worker.model_runner)
 
     def loop():
         try:
@@ -72,13 +84,17 @@ def serve(algorithm: Optional[str], ndt: int = 4, max_new_tokens: int = 20) -> D
             failure.append(traceback.format_exc()[-4000:])
 
     threading.Thread(target=loop, daemon=True).start()
-    for rid, tokens in PROMPTS.items():
-        sockets["to_scheduler"].send_pyobj(_request(rid, tokens, max_new_tokens))
+    requests = [_request(rid, tokens, length) for (rid, tokens), length in zip(PROMPTS.items(), lengths)]
+    late = [requests.pop()] if late_after is not None else []
+    for request in requests:
+        sockets["to_scheduler"].send_pyobj(request)
     results: Dict[str, Dict[str, Any]] = {}
     poller = zmq.Poller()
     poller.register(sockets["from_scheduler"], zmq.POLLIN)
     while len(results) < len(PROMPTS) and not failure and time.monotonic() - started < TIMEOUT_S:
-        if not poller.poll(200):
+        if late and len(verify_steps) >= late_after:
+            sockets["to_scheduler"].send_pyobj(late.pop())
+        if not poller.poll(20 if late else 200):
             continue
         out = sockets["from_scheduler"].recv_pyobj()
         if type(out).__name__ != "BatchTokenIDOutput":
@@ -93,8 +109,23 @@ def serve(algorithm: Optional[str], ndt: int = 4, max_new_tokens: int = 20) -> D
                 entry["spec_verify_ct"] = int(verify[i]) if verify else 0
     finished = {rid: r for rid, r in results.items() if r.get("done")}
     return {"served": len(finished) == len(PROMPTS) and not failure, "error": failure[0] if failure else None,
-            "requests": finished, "init_s": round(started - began, 1),
+            "requests": finished, "verify_steps": verify_steps, "init_s": round(started - began, 1),
             "serve_s": round(time.monotonic() - started, 1)}
+
+
+def _record_verify_steps(model_runner) -> List[List[int]]:
+    """A list that gets ``[batch size, tokens per request]`` of every
+    TARGET_VERIFY ``ForwardBatch`` ``model_runner.forward`` runs from now on."""
+    steps: List[List[int]] = []
+    forward = model_runner.forward
+
+    def recording(forward_batch, *args, **kwargs):
+        if forward_batch.forward_mode.is_target_verify():
+            steps.append([forward_batch.batch_size, forward_batch.input_ids.shape[0] // forward_batch.batch_size])
+        return forward(forward_batch, *args, **kwargs)
+
+    model_runner.forward = recording
+    return steps
 
 
 def _request(rid: str, tokens: List[int], max_new_tokens: int):
@@ -118,8 +149,10 @@ def _request(rid: str, tokens: List[int], max_new_tokens: int):
 def main(argv: List[str]) -> int:
     algorithm = argv[0] if argv and not argv[0].startswith("--") else None
     options = dict(zip(argv[1 if algorithm else 0::2], argv[2 if algorithm else 1::2]))
-    result = serve(algorithm, ndt=int(options.get("--ndt", 4)),
-                   max_new_tokens=int(options.get("--max-new-tokens", 20)))
+    lengths = [int(n) for n in options.get("--max-new-tokens", "20").split(",")]
+    late_after = options.get("--late-after")
+    result = serve(algorithm, ndt=int(options.get("--ndt", 4)), max_new_tokens=lengths[0] if len(lengths) == 1 else lengths,
+                   late_after=None if late_after is None else int(late_after))
     print(json.dumps(result), flush=True)
     sys.stdout.flush()
     os._exit(0)  # the scheduler's loop thread and sockets would keep the process alive

@@ -34,3 +34,14 @@ def accept_greedy(drafts: torch.Tensor, predicted: torch.Tensor) -> torch.Tensor
     """
     matches = (drafts[:, 1:] == predicted[:, :-1]).to(torch.int32)
     return (matches.cumprod(dim=1).sum(dim=1) + 1).to(torch.int32)
+
+
+def carried_rows(rows: torch.Tensor, stride: int) -> torch.Tensor:
+    """``rows`` ``(bs, width)`` padded with zeros to ``(bs, stride)``, ``stride >= width``.
+
+    What a step carries to the next is filtered (finished requests leave) and
+    merged (new requests join) by SGLang as flat rows of one stride; with a
+    width that changes between steps, every step carries rows of the largest
+    width, so rows of different steps line up. The scheduler reads only the
+    first ``accept_lens[i]`` tokens of row ``i``."""
+    return torch.nn.functional.pad(rows, (0, stride - rows.shape[1]))

@@ -13,7 +13,10 @@ Settings (``[algorithms.PROMPT_LOOKUP]`` in plugins.toml):
   ``verify_width - 1`` drafts (default: ``--speculative-num-draft-tokens``);
 * ``max_ngram`` / ``min_ngram``: the n-gram lengths looked up, longest
   first (default 3 and 1);
-* ``max_tokens_per_req`` (a framework key): the largest width allowed.
+* ``max_tokens_per_req`` (a framework key): the largest width allowed;
+* ``widths_by_batch_size`` (a framework key), e.g. ``{1 = 4, 8 = 2}``: a width
+  per batch-size bucket instead of ``verify_width`` (each step drafts and
+  verifies its batch's width).
 
 Serving it (SGLang 0.5.14+, whose scheduler drives plugin workers on the V2
 schema): ``--speculative-algorithm PROMPT_LOOKUP --speculative-num-draft-tokens N

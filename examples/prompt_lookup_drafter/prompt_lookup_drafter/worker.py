@@ -9,14 +9,18 @@ reserves KV slots ahead of each request (``eagle_prepare_for_decode``), calls
 ``new_seq_lens``. ``batch.seq_lens`` counts the tokens whose KV is written;
 the request's last token (the root) is not among them.
 
-One decode step here: draft ``width - 1`` tokens per request by prompt
-lookup, run the target's TARGET_VERIFY over ``[root, drafts...]`` at
+One decode step here: take the step's width from the framework (one
+width, or widths by batch size: plugins.toml ``widths_by_batch_size``; every
+request of a step shares it), draft ``width - 1`` tokens per request by
+prompt lookup, run the target's TARGET_VERIFY over ``[root, drafts...]`` at
 positions ``seq_len..seq_len + width - 1`` (SGLang's own ``DFlashVerifyInput``:
 a causal chain, the input the loader captures CUDA graphs with for a
 ``"chain"`` algorithm), and commit what greedy verification accepts. The
 accepted tokens are a prefix of the chain, so their KV is already where it
 belongs; the rejected tail's slots stay reserved and are overwritten next
-step.
+step. The step's result has rows of the step's width; what it carries to the
+next step (which SGLang filters and merges with other batches' by a row
+stride) has rows of the largest width, whatever the step's.
 """
 
 from __future__ import annotations
@@ -32,10 +36,10 @@ from sglang.srt.speculative.dflash_info import DFlashVerifyInput
 from sglang.srt.speculative.ngram_info import NgramVerifyInput
 import torch
 
-from sglang_spec_plugins.engine.algorithm import policy_for
+from sglang_spec_plugins.engine.algorithm import StepWidths, policy_for
 from sglang_spec_plugins.engine.worker_contract import worker_base
 
-from .chain import accept_greedy, cache_locations, verify_positions
+from .chain import accept_greedy, cache_locations, carried_rows, verify_positions
 from .lookup import propose
 from .plugin import ALGORITHM, ngram_settings
 
@@ -58,13 +62,13 @@ def unsupported(req) -> Optional[str]:
 
 
 class PromptLookupWorker(worker_base()):
-    """Drafts by prompt lookup, verifies a chain at the plugin's width, accepts greedily."""
+    """Drafts by prompt lookup, verifies a chain at each step's width, accepts greedily."""
 
     def __init__(self, server_args, target_worker, **release_kwargs):
         super().__init__(server_args, target_worker, **release_kwargs)
-        policy = policy_for(server_args)
-        self.width = policy.width(server_args.speculative_num_draft_tokens, False)
-        self.max_ngram, self.min_ngram = ngram_settings(policy.settings)
+        self.widths = StepWidths(self.target_worker.model_runner)  # each step's width: .at(batch size)
+        self.stride = self.widths.maximum  # the row stride of what a step carries to the next
+        self.max_ngram, self.min_ngram = ngram_settings(policy_for(server_args).settings)
 
     def forward_batch_generation(self, batch, **kwargs):
         if batch.forward_mode.is_idle():
@@ -73,24 +77,24 @@ class PromptLookupWorker(worker_base()):
             return self._prefill(batch)
         return self._verify(batch)
 
-    def _result(self, logits_output, next_token_ids, rows, accept_lens, new_seq_lens, can_run_cuda_graph):
+    def _result(self, logits_output, rows, accept_lens, new_seq_lens, can_run_cuda_graph):
         """The step's result; ``rows`` is ``(bs, width)``, row ``i`` starting with
         the ``accept_lens[i]`` tokens request ``i`` commits."""
-        carried = NgramVerifyInput(  # what the scheduler filters and merges between steps
-            draft_token_num=self.width, new_seq_lens=new_seq_lens,
-            accept_tokens=rows.flatten(), accept_lens=accept_lens,
+        carried = NgramVerifyInput(  # what the scheduler filters and merges between steps: one stride
+            draft_token_num=self.stride, new_seq_lens=new_seq_lens,
+            accept_tokens=carried_rows(rows, self.stride).flatten(), accept_lens=accept_lens,
         )
         return GenerationBatchResult(
-            logits_output=logits_output, next_token_ids=next_token_ids, accept_lens=accept_lens,
+            logits_output=logits_output, next_token_ids=rows.flatten(), accept_lens=accept_lens,
             new_seq_lens=new_seq_lens, next_draft_input=carried, can_run_cuda_graph=can_run_cuda_graph,
-            speculative_num_draft_tokens=self.width,
+            speculative_num_draft_tokens=rows.shape[1],  # the row stride of next_token_ids
         )
 
     def _idle(self):
         device = self.target_worker.model_runner.device
-        tokens = torch.empty((0, self.width), dtype=torch.int64, device=device)
+        tokens = torch.empty((0, self.stride), dtype=torch.int64, device=device)
         lens = torch.empty((0,), dtype=torch.int64, device=device)
-        return self._result(None, tokens.flatten(), tokens, lens.to(torch.int32), lens, False)
+        return self._result(None, tokens, lens.to(torch.int32), lens, False)
 
     def _prefill(self, batch):
         """The target's own prefill (it samples the first token); requests this
@@ -101,34 +105,34 @@ class PromptLookupWorker(worker_base()):
                 req.to_finish = FINISH_ABORT(why, HTTPStatus.BAD_REQUEST, "BadRequestError")
         out = self.target_worker.forward_batch_generation(batch)
         first = out.next_token_ids
-        rows = torch.zeros((len(batch.reqs), self.width), dtype=first.dtype, device=first.device)
-        rows[:, 0] = first
         accept_lens = torch.ones(len(batch.reqs), dtype=torch.int32, device=first.device)
-        return self._result(out.logits_output, first, rows, accept_lens, batch.seq_lens.clone(), out.can_run_cuda_graph)
+        return self._result(out.logits_output, first.unsqueeze(1), accept_lens, batch.seq_lens.clone(),
+                            out.can_run_cuda_graph)
 
-    def _drafts(self, batch) -> List[List[int]]:
+    def _drafts(self, batch, width: int) -> List[List[int]]:
         chains = []
         for req in batch.reqs:
             tokens = [*req.origin_input_ids, *req.output_ids]  # one copy: prompt and output so far
-            chains.append([tokens[-1], *propose(tokens, self.width - 1, max_ngram=self.max_ngram,
+            chains.append([tokens[-1], *propose(tokens, width - 1, max_ngram=self.max_ngram,
                                                 min_ngram=self.min_ngram)])
         return chains
 
     def _verify(self, batch):
         device = batch.seq_lens.device
-        drafts = torch.tensor(self._drafts(batch), dtype=torch.int64).to(device, non_blocking=True)
-        positions = verify_positions(batch.seq_lens, self.width)
+        width = self.widths.at(len(batch.reqs))  # this step's, for every request of it
+        drafts = torch.tensor(self._drafts(batch, width), dtype=torch.int64).to(device, non_blocking=True)
+        positions = verify_positions(batch.seq_lens, width)
         batch.out_cache_loc = cache_locations(
             batch.req_to_token_pool.req_to_token, batch.req_pool_indices, positions).flatten()
         batch.input_ids = drafts.flatten()
         batch.forward_mode = ForwardMode.TARGET_VERIFY
         batch.spec_info = DFlashVerifyInput(
-            draft_token=batch.input_ids, positions=positions.flatten(), draft_token_num=self.width,
+            draft_token=batch.input_ids, positions=positions.flatten(), draft_token_num=width,
             custom_mask=None, capture_hidden_mode=CaptureHiddenMode.NULL,
         )
         out = self.target_worker.forward_batch_generation(batch, is_verify=True)
-        predicted = torch.argmax(out.logits_output.next_token_logits, dim=-1).view(len(batch.reqs), self.width)
+        predicted = torch.argmax(out.logits_output.next_token_logits, dim=-1).view(len(batch.reqs), width)
         accept_lens = accept_greedy(drafts, predicted)
         batch.forward_mode = ForwardMode.DECODE
-        return self._result(out.logits_output, predicted.flatten(), predicted, accept_lens,
+        return self._result(out.logits_output, predicted, accept_lens,
                             batch.seq_lens + accept_lens.to(batch.seq_lens.dtype), out.can_run_cuda_graph)
