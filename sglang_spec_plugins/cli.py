@@ -50,6 +50,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                          help="the server will run with --disable-overlap-schedule")
     p_check.add_argument("--attention-backend", metavar="NAME",
                          help="the server's --attention-backend: a refusal of it is a problem (default: report every known backend)")
+    p_check.add_argument("--enable-dp-attention", action="store_true",
+                         help="the server will run with --enable-dp-attention (widths by batch size are refused with it)")
     p_check.add_argument("--single-process", action="store_true",
                          help="skip asking everything again in a fresh process and comparing the answers")
     p_check.add_argument("--json", action="store_true", help="machine-readable output")
@@ -164,7 +166,8 @@ def _check(args: argparse.Namespace) -> int:
         checked[name] = entry
     from .engine.prediction import predict  # imports SGLang only if it is installed
 
-    sglang = predict(plugin_set, policies, args.num_draft_tokens, args.disable_overlap_schedule, args.attention_backend)
+    sglang = predict(plugin_set, policies, args.num_draft_tokens, args.disable_overlap_schedule, args.attention_backend,
+                     args.enable_dp_attention)
     problems += sglang["problems"]
     digest = fingerprint(plugin_set, policies, sglang["version"])
     problems += agreement.compare(digest, checked)
@@ -214,6 +217,7 @@ def _compare_with_fresh_process(args: argparse.Namespace, digest: str, checked: 
     argv += [f"-n{n}" for n in args.num_draft_tokens]
     argv += ["--disable-overlap-schedule"] if args.disable_overlap_schedule else []
     argv += [f"--attention-backend={args.attention_backend}"] if args.attention_backend else []
+    argv += ["--enable-dp-attention"] if args.enable_dp_attention else []
     try:
         out = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     except subprocess.TimeoutExpired:

@@ -117,7 +117,7 @@ class VerifyPolicy:
                     "lower it, or raise the maximum (max_tokens_per_req, where the plugin does not answer "
                     "sgl_spec_max_verify_width)"])
         else:
-            call = f"sgl_spec_verify_widths(num_draft_tokens={ndt}, is_draft_worker={bool(is_draft_worker)})"
+            call = self.widths_setting(ndt, is_draft_worker)  # the hook call
             first, again = (self._buckets_answer(call, ndt, bool(is_draft_worker)) for _ in range(2))
             if first != again:
                 raise self._fault(f"{call} answered {first}, then {again} for the same arguments; answers must be pure "
@@ -131,6 +131,12 @@ class VerifyPolicy:
                         bool(is_draft_worker), buckets)
         self._buckets[key] = buckets
         return buckets
+
+    def widths_setting(self, num_draft_tokens: int, is_draft_worker: bool) -> str:
+        """Where :meth:`widths` come from, for messages: the plugins.toml key, or the hook call."""
+        if self.configured_widths is not None:
+            return f"[algorithms.{self.algorithm}] widths_by_batch_size in {self._plugins.config.origin}"
+        return f"sgl_spec_verify_widths(num_draft_tokens={num_draft_tokens}, is_draft_worker={bool(is_draft_worker)})"
 
     def _buckets_answer(self, call: str, ndt: int, is_draft_worker: bool) -> Optional[WidthBuckets]:
         """One answer of the owner's ``sgl_spec_verify_widths`` (None: none, or

@@ -24,13 +24,15 @@ def predict(
     ndts: Sequence[int],
     disable_overlap: bool,
     attention_backend: Optional[str] = None,
+    dp_attention: bool = False,
 ) -> Dict[str, Any]:
     """``{"version", "summary", "lines", "problems", "backends"}`` for the
     installed SGLang. ``backends`` says, per algorithm, ndt and worker (the
     target, and the draft worker where it verifies), what each attention
     backend does with that width and verify shape
     (``attention_backend`` alone when the operator names one; a refusal of
-    that one is a problem)."""
+    that one is a problem). ``dp_attention``: the server runs with
+    ``--enable-dp-attention``."""
     harness = prepare()
     found = probe()
     if not found.installed:
@@ -66,13 +68,14 @@ def predict(
         origin = plugin_set.error(offered.plugin, f"algorithm {name}")
         for ndt in ndts or [None]:
             try:
-                args = server_args(name, ndt, disable_overlap)
+                args = server_args(name, ndt, disable_overlap, dp_attention)
             except Exception as exc:
                 lines.append(f"validate_server_args and worker_factory not run for {name}: ServerArgs could not be built here: {type(exc).__name__}: {exc}")
                 args = None
             # what the loader's start-up check (engine/startup_check) will refuse while SGLang resolves its arguments
             problems += [f"{origin}: {line}" for line in faults(
                 offered, policy, args, found.version, ndt=ndt, disable_overlap=disable_overlap, backends=named,
+                dp_attention=dp_attention,
                 release=release, validate=ndt is not None and args is not None, factory=args is not None)]
         workers = (False, True) if policy.draft_may_verify() else (False,)
         for ndt in ndts:
@@ -102,11 +105,12 @@ def attention_backend_choices() -> tuple:
     return ()
 
 
-def server_args(algorithm: str, num_draft_tokens: Any, disable_overlap: bool) -> Any:
+def server_args(algorithm: str, num_draft_tokens: Any, disable_overlap: bool, dp_attention: bool = False) -> Any:
     """The installed release's own ``ServerArgs`` with the speculative
     arguments an operator would pass (a placeholder model path: SGLang's
     argument pipeline stops before anything model-specific)."""
     from sglang.srt.server_args import ServerArgs
 
     return ServerArgs(model_path="dummy", speculative_algorithm=algorithm,
-                      speculative_num_draft_tokens=num_draft_tokens, disable_overlap_schedule=disable_overlap)
+                      speculative_num_draft_tokens=num_draft_tokens, disable_overlap_schedule=disable_overlap,
+                      enable_dp_attention=dp_attention)

@@ -48,12 +48,13 @@ def verify_backends(server_args: Any) -> Dict[str, str]:
 
 def faults(offered: OfferedAlgorithm, policy: VerifyPolicy, server_args: Any, version: str, *,
            ndt: Optional[int], disable_overlap: bool, backends: Mapping[str, str], release: Any = None,
-           validate: bool = True, factory: bool = True) -> List[str]:
+           validate: bool = True, factory: bool = True, dp_attention: bool = False) -> List[str]:
     """Everything SGLang would refuse about this algorithm with these
     arguments, one line each, without the plugin's name, in SGLang's order:
     the plugin's ``validate_server_args`` (any exception, ``AssertionError``
     included; SGLang stops there), the overlap rule, the worker factory's
-    result against the release's worker contract, and the attention
+    result against the release's worker contract, widths by batch size with
+    DP attention (``dp_attention``: ``--enable-dp-attention``), and the attention
     ``backends`` (worker -> ``--attention-backend`` name) at the plugin's
     widths at ``ndt`` (those ``policy`` has resolved: resolving them is the
     caller's step, since a width fault is a PluginError of its own).
@@ -68,6 +69,8 @@ def faults(offered: OfferedAlgorithm, policy: VerifyPolicy, server_args: Any, ve
     found = overlap_faults(offered, version, disable_overlap, release)
     if factory:
         found += factory_faults(offered, server_args, release)
+    if dp_attention:
+        found += dp_attention_faults(policy, ndt)
     return found + backend_faults(offered, policy, version, ndt, backends)
 
 
@@ -107,15 +110,38 @@ def factory_faults(offered: OfferedAlgorithm, server_args: Any, release: Any) ->
     return check_worker(worker, release)
 
 
+def verifying_workers(policy: VerifyPolicy, ndt: Optional[int]) -> List[bool]:
+    """``is_draft_worker`` of each worker that runs TARGET_VERIFY at a width
+    ``policy`` has resolved at ``ndt`` (none where its width was refused)."""
+    workers = (False, True) if policy.draft_may_verify() else (False,)
+    return [draft for draft in workers if ndt is not None and (ndt, draft) in policy.width_cache]
+
+
+def dp_attention_faults(policy: VerifyPolicy, ndt: Optional[int]) -> List[str]:
+    """Widths by batch size are not served with DP attention: SGLang's decode
+    CUDA-graph runner pads every DP rank's batch to the largest rank's, so the
+    size of one rank's batch does not say which graph (captured at which
+    width) the step replays."""
+    found: List[str] = []
+    for draft in verifying_workers(policy, ndt):
+        buckets = policy.widths(ndt, draft)
+        if buckets is not None:
+            found.append(f"{policy.widths_setting(ndt, draft)} gives widths by batch size {buckets}, which are not "
+                         "served with --enable-dp-attention (SGLang pads every DP rank's decode batch to the largest "
+                         "rank's); use one width (no widths by batch size) or no DP attention")
+    return found
+
+
 def backend_faults(offered: OfferedAlgorithm, policy: VerifyPolicy, version: str, ndt: Optional[int],
                    backends: Mapping[str, str]) -> List[str]:
     """The named attention backends that refuse the plugin's resolved width at ``ndt``."""
     from ..patches.backend_support import REFUSED, support_at_widths
 
     found: List[str] = []
+    verifying = verifying_workers(policy, ndt)
     for worker_name, backend in backends.items():
         draft = worker_name == DRAFT
-        if ndt is None or (draft and not policy.draft_may_verify()) or (ndt, draft) not in policy.width_cache:
+        if draft not in verifying:
             continue  # no width, a draft worker that never verifies, or a width already refused
         shape = offered.spec.verify_shape
         width, support = support_at_widths(backend, policy, ndt, shape, draft)  # every width a step may use
@@ -139,6 +165,7 @@ def validator(offered: OfferedAlgorithm, policy: VerifyPolicy, version: str) -> 
         found = [refused] if refused else faults(
             offered, policy, server_args, version, ndt=ndt, validate=False,
             disable_overlap=bool(getattr(server_args, "disable_overlap_schedule", False)),
+            dp_attention=bool(getattr(server_args, "enable_dp_attention", False)),
             backends=verify_backends(server_args))
         if found:
             raise policy._fault("; ".join(found) + " (found while SGLang resolved its server arguments, before "

@@ -31,7 +31,9 @@ The width changes only between steps: the worker picks it before drafting
 batch. Built-in algorithms, and plugin algorithms with one width, run the
 original methods unchanged. Not served: DP attention (the runner pads to the
 largest batch across DP ranks, which the width of one rank's batch does not
-follow): refused at the first capture.
+follow): ``--enable-dp-attention`` is refused at start-up, while SGLang
+resolves its arguments (:func:`~..engine.startup_check.dp_attention_faults`;
+the runner's ``require_mlp_tp_gather`` is never True without it).
 """
 
 from __future__ import annotations
@@ -41,7 +43,6 @@ import functools
 from typing import Optional, Tuple
 
 from ..engine.algorithm import policy_of
-from ..errors import EngineError
 from ..verify_widths import WidthBuckets, graph_size, graph_sizes
 from .unit import Target, WrapPatch
 
@@ -64,10 +65,6 @@ def buckets_of(runner) -> Optional[WidthBuckets]:
         policy = policy_of(runner.model_runner.spec_algorithm)
         buckets = None if policy is None else policy.widths(runner.speculative_num_draft_tokens,
                                                           bool(runner.model_runner.is_draft_worker))
-        if buckets is not None and getattr(runner, "require_mlp_tp_gather", False):
-            raise EngineError(f"algorithm {policy.algorithm} (plugin {policy.plugin!r}) verifies widths by batch size, "
-                              "which are not served with DP attention (SGLang pads every rank to the largest DP "
-                              "batch); use one width (no widths_by_batch_size) or no DP attention")
         state = vars(runner)[_STATE] = (buckets, tuple(sorted(runner.capture_bs)))
     return state[0]
 

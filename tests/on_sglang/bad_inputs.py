@@ -147,6 +147,9 @@ def starting(forward: str, returns: str = "Worker", width: Optional[str] = None,
 FLAGS = {"speculative_algorithm": "BAD", "speculative_num_draft_tokens": 4, "disable_overlap_schedule": True}
 """The operator's arguments for the start-up cases (SGLang's names)."""
 
+DP_ATTENTION = {"enable_dp_attention": True, "dp_size": 2, "tp_size": 2}
+"""Attention data parallelism over two ranks (``check`` gets ``--enable-dp-attention``)."""
+
 BAD = "[plugins]\nenable = ['sbd', 'bad']\n"
 SKIPPING = "[plugins]\nenable = ['sbd', 'dflash_block', 'bad']\non_error = 'skip'\n"
 WIDTH = "[plugins]\nenable = ['bad']\n"
@@ -330,6 +333,13 @@ CASES = [
          {"bad": starting("forward_batch_generation(self, batch, **kwargs)", width="2")}, start=dict(FLAGS, attention_backend="fa3")),
     Case("validator AssertionError", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: validate_server_args refused --speculative-num-draft-tokens 4: AssertionError: blocks of 16 only", WIDTH,
          {"bad": starting("forward_batch_generation(self, batch, **kwargs)", validator="assert args.speculative_num_draft_tokens == 16, 'blocks of 16 only'")}, start=FLAGS),
+    Case("widths by batch with DP attention", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: \[algorithms.BAD\] widths_by_batch_size in {cfg} gives widths by batch size \{1 = 4, 8 = 2\}, which are not served with --enable-dp-attention \(SGLang pads every DP rank's decode batch to the largest rank's\)",
+         WIDTH + "[algorithms.BAD]\nwidths_by_batch_size = {1 = 4, 8 = 2}\n", {"bad": starting("forward_batch_generation(self, batch, **kwargs)")},
+         start=dict(FLAGS, **DP_ATTENTION)),
+    Case("widths hook with DP attention", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: sgl_spec_verify_widths\(num_draft_tokens=4, is_draft_worker=False\) gives widths by batch size \{1 = 4, 16 = 2\}, which are not served with --enable-dp-attention",
+         WIDTH, {"bad": with_hook(starting("forward_batch_generation(self, batch, **kwargs)"),
+                                  "@hookimpl\ndef sgl_spec_verify_widths(algorithm):\n    return {1: 4, 16: 2} if algorithm == 'BAD' else None\n")},
+         start=dict(FLAGS, **DP_ATTENTION)),
     # --- widths, checked when SGLang asks at a num_draft_tokens ---
     Case("width zero", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: sgl_spec_verify_width\(num_draft_tokens=16, is_draft_worker=False\) returned 0; it must be an int from 1 to the maximum width 16",
          WIDTH, {"bad": simple_plugin("BAD", width="0")}, ndt=16),
@@ -408,7 +418,8 @@ def check_flags(case: Case) -> List[str]:
     fields = dict(case.start or {})
     ndt = fields.get("speculative_num_draft_tokens", case.ndt)
     return ([f"-n{ndt}"] if ndt else []) + (["--disable-overlap-schedule"] if fields.get("disable_overlap_schedule") else []) \
-        + ([f"--attention-backend={fields['attention_backend']}"] if fields.get("attention_backend") else [])
+        + ([f"--attention-backend={fields['attention_backend']}"] if fields.get("attention_backend") else []) \
+        + (["--enable-dp-attention"] if fields.get("enable_dp_attention") else [])
 
 
 def prepare(case: Case, root: Path, site) -> Dict[str, str]:
