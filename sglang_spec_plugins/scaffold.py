@@ -89,9 +89,10 @@ def sgl_spec_verify_widths(algorithm, num_draft_tokens, is_draft_worker, setting
     """Widths by batch size, {{min_batch_size: width}}, e.g. {{1: 16, 8: 8, 64: 4}}: batches of 1-7
     requests verify 16 tokens each, 8-63 verify 8, 64 and more 4 (every width from 1 to the maximum).
     None: one width at every batch size (sgl_spec_verify_width). SGLang captures each CUDA graph at
-    its batch size's width; the worker takes each step's width from
-    sglang_spec_plugins.patches.width_by_batch.schedule_for(model_runner). An operator can set them in
-    plugins.toml instead: [algorithms.{algorithm}] widths_by_batch_size = {{1 = 16, 8 = 8, 64 = 4}}."""
+    its batch size's width; the worker takes each step's width from StepWidths (worker.py). An
+    operator can set them in plugins.toml instead (used instead of this hook):
+        [algorithms.{algorithm}]
+        widths_by_batch_size = {{1 = 16, 8 = 8, 64 = 4}}"""
     if algorithm != ALGORITHM:
         return None
     return None  # one width at every batch size
@@ -126,21 +127,25 @@ prompt-lookup example, ``examples/prompt_lookup_drafter/prompt_lookup_drafter/wo
 in the sglang-spec-plugins repository. Start from it.
 """
 
+from sglang_spec_plugins.engine.algorithm import StepWidths
 from sglang_spec_plugins.engine.worker_contract import worker_base
 
 
 class Worker(worker_base()):
+    def __init__(self, server_args, target_worker, **release_kwargs):
+        super().__init__(server_args, target_worker, **release_kwargs)
+        # Each decode step's verify width: the plugin's one width, or widths by batch size
+        # (sgl_spec_verify_widths, or plugins.toml's widths_by_batch_size). Every request
+        # of a step verifies the step's width; carry rows of self.widths.maximum between steps.
+        self.widths = StepWidths(self.target_worker.model_runner)
+
     def forward_batch_generation(self, batch, **kwargs):
         """One scheduler step: draft, run the target's TARGET_VERIFY forward at
-        the width the plugin answers, accept, and return SGLang's
-        GenerationBatchResult (see the README's worker contract table and the
-        prompt-lookup example's worker, which does all of this).
-
-        With widths by batch size (sgl_spec_verify_widths), the step's width
-        comes first, before drafting, from one schedule kept on the worker:
-            self.widths = width_by_batch.schedule_for(self.target_worker.model_runner)
-            width = self.widths.width(batch.batch_size())
-        (sglang_spec_plugins.patches.width_by_batch)."""
+        the step's width, accept, and return SGLang's GenerationBatchResult
+        (see the README's worker contract table and the prompt-lookup
+        example's worker, which does all of this). A decode step asks its
+        width first, before drafting:
+            width = self.widths.at(len(batch.reqs))"""
         raise NotImplementedError("{algorithm}: supply the drafter here")
 '''
 
@@ -184,6 +189,14 @@ python -m sglang.launch_server --model-path ... --speculative-algorithm {algorit
 ```
 
 `--disable-overlap-schedule` is needed while `supports_overlap=False`.
+
+Widths by batch size (fewer tokens per request as the batch grows), from the plugin's
+`sgl_spec_verify_widths` or, with no code, from the server's plugins.toml:
+
+```toml
+[algorithms.{algorithm}]
+# widths_by_batch_size = {{1 = 16, 8 = 8, 64 = 4}}   # 1-7 requests: 16 tokens each, 8-63: 8, 64 and more: 4
+```
 '''
 
 
@@ -254,6 +267,7 @@ def write(name: str, parent: Path) -> Path:
 def command(args) -> int:
     """``sglang-spec-plugins new NAME [--dir DIR]``."""
     try:
+        n = names(args.name)  # before writing: once written into the working directory, the module is importable
         target = write(args.name, args.dir)
     except (ValueError, FileExistsError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -261,7 +275,6 @@ def command(args) -> int:
     except OSError as exc:
         print(f"error: cannot write the package into {args.dir}: {exc.strerror or exc}", file=sys.stderr)
         return 1
-    n = names(args.name)
     print(f"wrote {target} (distribution {n['dist']}, plugin {n['module']}, algorithm {n['algorithm']})")
     print(f"next: cd {target} && pip install -e '.[test]' && pytest")
     return 0

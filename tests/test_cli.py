@@ -299,6 +299,15 @@ def test_new_refuses_names_that_cannot_work(env, tmp_path, name, message):
     assert not (tmp_path / name).exists()
 
 
+def test_new_in_the_working_directory_through_python_m(env, tmp_path):
+    """``python -m`` puts the working directory on sys.path: the package just written there is importable."""
+    out = subprocess.run([sys.executable, "-m", "sglang_spec_plugins", "new", "cwd_drafter"], capture_output=True,
+                         text=True, env=env, cwd=tmp_path, timeout=300)
+    assert out.returncode == 0 and "error" not in out.stdout + out.stderr, out.stdout + out.stderr
+    assert "wrote cwd_drafter (distribution cwd-drafter, plugin cwd_drafter, algorithm CWD_DRAFTER)" in out.stdout + out.stderr
+    assert (tmp_path / "cwd_drafter" / "cwd_drafter" / "worker.py").is_file()
+
+
 def test_new_into_a_directory_it_cannot_write(env):
     out = run("new", "mydraft", "--dir", "/proc/no-such-dir", env=env)
     assert out.returncode == 1 and "Traceback" not in out.stderr

@@ -52,7 +52,7 @@ def predict(
                 "problems": problems, "backends": {}, "cpu_harness": harness}
 
     from ..patches.backend_support import KNOWN_BACKENDS, REFUSED, support_at_widths
-    from .startup_check import DRAFT, TARGET, faults
+    from .startup_check import DRAFT, TARGET, faults, verifying_workers
     from .worker_contract import contract
 
     backends: Dict[str, Dict[str, Dict[str, Dict[str, str]]]] = {}
@@ -77,11 +77,8 @@ def predict(
                 offered, policy, args, found.version, ndt=ndt, disable_overlap=disable_overlap, backends=named,
                 dp_attention=dp_attention,
                 release=release, validate=ndt is not None and args is not None, factory=args is not None)]
-        workers = (False, True) if policy.draft_may_verify() else (False,)
         for ndt in ndts:
-            for draft in workers:
-                if (ndt, draft) not in policy.width_cache:
-                    continue  # its width was refused: reported already
+            for draft in verifying_workers(policy, ndt):  # a refused width is reported already
                 shape, worker = offered.spec.verify_shape, DRAFT if draft else TARGET
                 widths = policy.candidate_widths(ndt, draft)
                 for backend in [attention_backend] if attention_backend else KNOWN_BACKENDS:
