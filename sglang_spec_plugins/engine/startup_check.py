@@ -125,10 +125,11 @@ def dp_attention_faults(policy: VerifyPolicy, ndt: Optional[int]) -> List[str]:
     found: List[str] = []
     for draft in verifying_workers(policy, ndt):
         buckets = policy.widths(ndt, draft)
-        if buckets is not None:
-            found.append(f"{policy.widths_setting(ndt, draft)} gives widths by batch size {buckets}, which are not "
-                         "served with --enable-dp-attention (SGLang pads every DP rank's decode batch to the largest "
-                         "rank's); use one width (no widths by batch size) or no DP attention")
+        line = (f"{policy.widths_setting(ndt, draft)} gives widths by batch size {buckets}, which are not served "
+                "with --enable-dp-attention (SGLang pads every DP rank's decode batch to the largest rank's); use one "
+                "width (no widths by batch size) or no DP attention")
+        if buckets is not None and line not in found:  # plugins.toml's widths are both workers'
+            found.append(line)
     return found
 
 
