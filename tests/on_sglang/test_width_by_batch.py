@@ -263,3 +263,22 @@ def test_a_worker_s_schedule_follows_the_runner_s_graphs(algorithm):
     mr.decode_cuda_graph_runner = mr.graph_runner = None  # eager
     with runner_drive.published(speculative_algorithm="BY_BATCH", speculative_num_draft_tokens=NDT):
         assert width_by_batch.schedule_for(mr).capture_sizes is None
+
+
+def test_step_widths_read_the_graphs_captured_after_the_worker_was_built(algorithm):
+    """A worker builds StepWidths in ``__init__``, before SGLang captures the target's
+    decode graphs; its first step reads them: with graphs for 1, 2 and 4, a batch
+    of 3 replays the graph for 4, so it takes bucket 4's width (2), not its own (4)."""
+    from sglang_spec_plugins.engine.algorithm import StepWidths
+
+    runner = built_runner(algorithm)
+    runner.capture_bs = [1, 2, 4]
+    mr = runner.model_runner
+    mr.graph_runner = mr.decode_cuda_graph_runner = None  # not captured yet
+    with runner_drive.published(speculative_algorithm="BY_BATCH", speculative_num_draft_tokens=NDT):
+        widths = StepWidths(mr)
+        assert widths.maximum == MAX_WIDTH
+        mr.graph_runner = mr.decode_cuda_graph_runner = runner  # captured
+        assert [widths.at(n) for n in (1, 3, 2)] == [6, 2, 4]
+        mr.graph_runner = mr.decode_cuda_graph_runner = None
+        assert [StepWidths(mr).at(n) for n in (1, 3, 2)] == [6, 4, 4]  # eager: each batch at its own bucket
