@@ -7,11 +7,15 @@ buffers) from it. Read off each release's ``__init__``:
 * FA3 (``FlashAttentionBackend``): ``speculative_num_draft_tokens`` = ndt up to
   0.5.15; from 0.5.16 the draft worker's is replaced by the width hook, the
   target worker's stays ndt (0.5.16-0.5.23).
-* triton (``TritonAttnBackend``): ``num_draft_tokens`` = ndt up to 0.5.20
-  (0.5.17-0.5.20 prefer ``spec_info.draft_token_num``, but the CUDA-graph
-  runner captures a plugin algorithm with no spec_info, so ndt); from 0.5.21
+* triton (``TritonAttnBackend``): ``num_draft_tokens`` = ndt up to 0.5.20,
+  and up to 0.5.16 every TARGET_VERIFY layout uses it. 0.5.17-0.5.20 lay a
+  verify batch out (eager, graph buffers at capture and replay, the captured
+  metadata) at its verify input's ``draft_token_num``, ndt only without one:
+  the loader gives the graph capture the plugin's verify input
+  (``capture_input``), so both workers take the width (read off those three
+  methods: :func:`_triton_reads_verify_input`). From 0.5.21
   ``target_verify_num_tokens_per_req = model_runner.decode_num_tokens_per_req()``,
-  the hook for both workers: not needed.
+  the hook for both workers. Not needed from 0.5.17.
 
 Storing the width instead would be a one-line edit, but not a safe one: the
 same attribute sizes the CUDA-graph buffers and verify mask and lays out
@@ -30,7 +34,7 @@ from dataclasses import dataclass
 from typing import Dict, FrozenSet, Optional
 
 from ..engine.algorithm import policy_of
-from ..engine.probe import EngineProbe, installed_version
+from ..engine.probe import EngineProbe, installed_version, method_source
 from ..errors import EngineError
 from ..verify_layout import CHAIN, DRAFT_VERIFIES_CHAINS_ONLY, TREE
 from .source_edit import source_of
@@ -62,13 +66,27 @@ def _fa3_ignores(source: str) -> Optional[FrozenSet[bool]]:
 
 
 def _triton_ignores(source: str) -> Optional[FrozenSet[bool]]:
-    """Workers whose width TritonAttnBackend.__init__ ignores; None: unknown shape."""
+    """Workers whose width the TritonAttnBackend of this ``__init__`` ignores; None: unknown shape."""
     s = _flat(source)
     if "self.target_verify_num_tokens_per_req=model_runner.decode_num_tokens_per_req()" in s:
         return frozenset()  # 0.5.21+: the hook, with the runner's is_draft_worker
     if re.search(r"self\.num_draft_tokens=(model_runner\.server_args|get_spec\(\))\.speculative_num_draft_tokens", s):
-        return frozenset({_TARGET, _DRAFT})
+        return frozenset() if _triton_reads_verify_input() else frozenset({_TARGET, _DRAFT})
     return None
+
+
+_TRITON_MODULE = "sglang.srt.layers.attention.triton_backend"
+_TRITON_VERIFY_LAYOUTS = ("init_forward_metadata", "_update_target_verify_buffers", "_build_cuda_graph_forward_metadata")
+"""The TritonAttnBackend methods that lay a TARGET_VERIFY batch out: eager;
+the graph buffers, at capture and replay; the metadata a graph captures."""
+
+
+def _triton_reads_verify_input() -> bool:
+    """Whether every TARGET_VERIFY layout of the installed TritonAttnBackend
+    takes the width from the batch's verify input (``spec_info.draft_token_num``,
+    ndt only without one): 0.5.17-0.5.20."""
+    sources = [method_source(_TRITON_MODULE, f"TritonAttnBackend.{name}") for name in _TRITON_VERIFY_LAYOUTS]
+    return all(s is not None and "=int(spec_info.draft_token_num)" in _flat(s) for s in sources)
 
 
 def configured_ndt(model_runner) -> int:
@@ -80,17 +98,18 @@ def configured_ndt(model_runner) -> int:
     return get_spec().speculative_num_draft_tokens
 
 
-WIDTHS_BY_BATCH_BACKENDS = frozenset({"trtllm_mha"})
+WIDTHS_BY_BATCH_BACKENDS = frozenset({"flashinfer", "triton", "trtllm_mha"})
 """Backends whose CUDA-graph capture per batch size at different widths, and
-replays after every width switch, match attention from the batch definition
-(tests/on_sglang/test_width_by_batch.py). Not flashinfer: its captured
-wrappers of every batch size share one ``qo_indptr`` buffer (sliced
-``[:bs + 1]``), and its sync-free DFLASH replay plan (0.5.23) leaves that
-buffer as captured, "shape-static per (bs, draft_token_num)"; with another
-width at another batch size, a replay reads the offsets of the last size
-planned (seen in the CPU harness: ``[0, 4]`` on the device for a batch of one
-planned as ``[0, 6]``). Not triton either (its replays after a switch were
-wrong in the same harness). Both refused until served per width."""
+replays after every width switch, match attention from the batch definition,
+eager, capture and replay, as batches grow and shrink
+(tests/on_sglang/test_width_by_batch.py). The runner replays a graph only at
+the width it was captured at (:mod:`.width_by_batch`), and each of these
+lays every replay out again from the batch before its graph runs: flashinfer
+re-plans the wrappers of that size (their ``qo_indptr``, ``kv_indptr`` and
+mask buffers are views of buffers all sizes share, rewritten by each plan),
+triton refills its buffers at the verify input's width, trtllm_mha at the
+batch's (its patches). triton takes a width other than ndt only from 0.5.17
+(:func:`attention_support` refuses it before). Every other backend is refused."""
 
 
 def support_at_widths(backend: str, policy, ndt: int, shape: str, is_draft_worker: bool):
@@ -149,7 +168,8 @@ def _guard(backend: str, shape):
         if ignores is None:
             return "refused", f"unknown {backend} __init__ shape (no TARGET_VERIFY width stored from ndt or the hook)"
         if not ignores:
-            return "not needed", f"upstream {backend} takes the TARGET_VERIFY width from the algorithm for target and draft workers"
+            return "not needed", (f"upstream {backend} takes the TARGET_VERIFY width from the algorithm or the batch's "
+                                  "verify input, for target and draft workers")
         return "apply", f"{backend} lays TARGET_VERIFY out at ndt on the {_workers(ignores)}: refuse plugin widths != ndt there"
 
     def wrapper(original):
@@ -175,7 +195,7 @@ def _patch(name: str, backend: str, module: str, qualname: str, shape) -> WrapPa
 
 FA3 = _patch("backends.fa3", "FA3/FA4 (FlashAttentionBackend)", "sglang.srt.layers.attention.flashattention_backend",
              "FlashAttentionBackend.__init__", _fa3_ignores)
-TRITON = _patch("backends.triton", "triton (TritonAttnBackend)", "sglang.srt.layers.attention.triton_backend",
+TRITON = _patch("backends.triton", "triton (TritonAttnBackend)", _TRITON_MODULE,
                 "TritonAttnBackend.__init__", _triton_ignores)
 
 PATCHES = (FA3, TRITON)
@@ -256,7 +276,7 @@ def attention_support(backend: str, width: int, ndt: int, verify_shape: str = CH
         if verify_shape == TREE:
             return Support(PATCHED, f"reads the tree mask from the verify input; {capture}, without which replays "
                                     "run with no mask")
-        return Support(SERVED, "takes the width from the algorithm; causal within the block")
+        return Support(SERVED, "takes the width from the algorithm or the batch's verify input; causal within the block")
     if backend == "trtllm_mha":
         if verify_shape == TREE:
             return Support(REFUSED, "applies a causal mask only: it cannot verify a tree")

@@ -41,6 +41,8 @@ class Case:
     handler calls the algorithm's validate_server_args), before any weights load; ``check`` gets the same as flags."""
     since: Optional[str] = None
     """The first SGLang release the case applies to (older ones are skipped)."""
+    until: Optional[str] = None
+    """The last SGLang release the case applies to (newer ones are skipped)."""
     targets: Dict[str, str] = field(default_factory=dict)
     """plugin name -> ``module:attr`` its entry point names (default: the module ``<name>_mod``)."""
 
@@ -153,6 +155,8 @@ DP_ATTENTION = {"enable_dp_attention": True, "dp_size": 2, "tp_size": 2}
 BAD = "[plugins]\nenable = ['sbd', 'bad']\n"
 SKIPPING = "[plugins]\nenable = ['sbd', 'dflash_block', 'bad']\non_error = 'skip'\n"
 WIDTH = "[plugins]\nenable = ['bad']\n"
+BY_BATCH = "[algorithms.BAD]\nmax_tokens_per_req = 6\nwidths_by_batch_size = {1 = 6, 2 = 4, 4 = 2}\n"
+"""Widths by batch size at ndt 4 (FLAGS): 6 tokens per request for one request, 4 for 2-3, 2 from 4."""
 
 CASES = [
     # --- plugins.toml: the file itself ---
@@ -331,6 +335,11 @@ CASES = [
          {"bad": starting("forward_batch_generation(self, batch, **kwargs)")}, start=dict(FLAGS, disable_overlap_schedule=False)),
     Case("fa3 below ndt", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: --attention-backend fa3 on the target worker at width 2 \(chain, ndt 4\) on SGLang [0-9.post]+ is refused: lays the target worker's TARGET_VERIFY out at speculative_num_draft_tokens", WIDTH,
          {"bad": starting("forward_batch_generation(self, batch, **kwargs)", width="2")}, start=dict(FLAGS, attention_backend="fa3")),
+    Case("widths by batch on an unproven backend", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: --attention-backend aiter on the target worker at width 6 \(chain, ndt 4\) on SGLang [0-9.post]+ is refused: is not proven with widths by batch size \(\{1 = 6, 2 = 4, 4 = 2\}; proven on: flashinfer, triton, trtllm_mha\)",
+         WIDTH + BY_BATCH, {"bad": starting("forward_batch_generation(self, batch, **kwargs)")}, start=dict(FLAGS, attention_backend="aiter")),
+    Case("widths by batch on triton at ndt", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: --attention-backend triton on the target worker at width 2 \(chain, ndt 4\) on SGLang [0-9.post]+ is refused: lays TARGET_VERIFY out at speculative_num_draft_tokens",
+         WIDTH + BY_BATCH, {"bad": starting("forward_batch_generation(self, batch, **kwargs)")}, start=dict(FLAGS, attention_backend="triton"),
+         until="0.5.16"),
     Case("validator AssertionError", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: validate_server_args refused --speculative-num-draft-tokens 4: AssertionError: blocks of 16 only", WIDTH,
          {"bad": starting("forward_batch_generation(self, batch, **kwargs)", validator="assert args.speculative_num_draft_tokens == 16, 'blocks of 16 only'")}, start=FLAGS),
     Case("widths by batch with DP attention", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: \[algorithms.BAD\] widths_by_batch_size in {cfg} gives widths by batch size \{1 = 4, 8 = 2\}, which are not served with --enable-dp-attention \(SGLang pads every DP rank's decode batch to the largest rank's\)",

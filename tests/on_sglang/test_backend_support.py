@@ -1,6 +1,7 @@
 """FA3 and triton on real SGLang: a plugin width the backend would ignore is
-refused when the backend is built, and the refusal is needed exactly where
-upstream stores ndt instead of the plugin's width.
+refused when the backend is built, and the refusal is needed only where
+upstream stores ndt instead of the plugin's width (triton 0.5.17-0.5.20 store
+ndt too, but lay each verify batch out at its verify input's width).
 
 Each test starts the release's own backend ``__init__`` (as the class holds it
 now: wrapped when the patches are applied) on a ``SimpleNamespace`` model
@@ -48,7 +49,15 @@ def ignores_width(backend, is_draft_worker):
     """The decision, per release: does upstream ``backend`` lay this worker's TARGET_VERIFY out at ndt?"""
     if backend == "FA3":  # 0.5.16+: the hook for the draft worker only
         return not is_draft_worker or release() < Version("0.5.16")
-    return release() < Version("0.5.21")  # triton 0.5.21+: the hook for both workers
+    return release() < Version("0.5.17")  # triton 0.5.17-0.5.20: the verify input's width; 0.5.21+: the hook
+
+
+def stores_width(backend, is_draft_worker):
+    """Does upstream ``backend`` store this worker's width (not ndt) in ``__init__``? triton 0.5.17-0.5.20
+    store ndt but lay each verify batch out at its verify input's width (test_capture_input, test_width_by_batch)."""
+    if backend == "FA3":
+        return not ignores_width(backend, is_draft_worker)
+    return release() >= Version("0.5.21")  # triton: the hook for both workers
 
 
 @pytest.fixture
@@ -149,10 +158,12 @@ def test_plans_follow_the_release(backends):
 @pytest.mark.parametrize("backend,algorithm,is_draft_worker", CASES)
 def test_upstream_stores_ndt_exactly_where_the_guard_refuses(sglang_loaded, backends, backend, algorithm, is_draft_worker):
     """Without the patches: the width the release's backend stores is ndt (the
-    plugin's 8 is ignored) exactly where the decision says so."""
+    plugin's 8 is ignored) wherever the decision refuses, and the plugin's 8 where
+    the backend takes it from the hook."""
     sglang_loaded(PLUGINS)
     revert_all(PATCHES)  # as upstream ships it, whether or not the loader applied them
-    expected = NDT if ignores_width(backend, is_draft_worker) else 8
+    assert not (ignores_width(backend, is_draft_worker) and stores_width(backend, is_draft_worker))
+    expected = 8 if stores_width(backend, is_draft_worker) else NDT
     assert stored_width(backends[backend], algorithm, is_draft_worker) == expected
 
 
@@ -160,7 +171,8 @@ def test_upstream_stores_ndt_exactly_where_the_guard_refuses(sglang_loaded, back
 def test_guard_refuses_an_ignored_width(sglang_loaded, backends, patched, backend, algorithm, is_draft_worker):
     sglang_loaded(PLUGINS)
     if not ignores_width(backend, is_draft_worker):
-        assert stored_width(backends[backend], algorithm, is_draft_worker) == 8  # upstream takes it: built as before
+        expected = 8 if stores_width(backend, is_draft_worker) else NDT  # upstream takes it: built as before
+        assert stored_width(backends[backend], algorithm, is_draft_worker) == expected
         return
     worker = "draft" if is_draft_worker else "target"
     with pytest.raises(EngineError, match=rf"algorithm {algorithm} \(plugin '\w+'\) verifies 8 tokens per request on the {worker} "

@@ -35,6 +35,8 @@ def case_env(site, tmp_path, monkeypatch):
     def setup(case: Case) -> str:
         if case.since and Version(metadata.version("sglang")) < Version(case.since):
             pytest.skip(f"applies from SGLang {case.since}")
+        if case.until and Version(metadata.version("sglang")) > Version(case.until):
+            pytest.skip(f"applies up to SGLang {case.until}")
         for key, value in prepare(case, tmp_path, site).items():
             monkeypatch.setenv(key, value)
         return expected(case, tmp_path)

@@ -116,7 +116,8 @@ def test_flashinfer_capture_fails_without_the_patch(monkeypatch, plugin, shape):
 
 
 def triton_takes_the_hook() -> bool:
-    """0.5.21+: triton lays TARGET_VERIFY out at the algorithm's width (below, refused unless = ndt)."""
+    """0.5.17+: triton lays TARGET_VERIFY out at the verify input's (0.5.17-0.5.20) or the algorithm's width
+    (below, refused unless = ndt)."""
     return backend_support.TRITON.plan(RELEASE).verdict == "not needed"
 
 

@@ -1,31 +1,39 @@
 """Widths by batch size through SGLang's own decode CUDA-graph runner and real
 attention backends: each captured size at its bucket's width (the release's
 own capture method, patched by ``width_by_batch``), and the attention oracle
-at every width after every switch, eager, capture and replay, as a batch
-grows and shrinks (capture_harness)."""
+on flashinfer, triton and trtllm_mha at every width after every switch,
+eager, capture and replay, as a batch grows and shrinks (capture_harness);
+backends that cannot serve them are refused at start-up by name."""
 
 import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is first imported (see test_trtllm_mha)
 
+import copy
 import inspect
+import re
 import sys
 import textwrap
 import types
 
 import pytest
 import torch
+from packaging.version import Version
 
 import capture_harness as ch
 import runner_drive
 import trtllm_harness as h
 from sglang_spec_plugins.patches import width_by_batch
 from sglang_spec_plugins.patches.unit import revert_all
-from sglang_spec_plugins.verify_widths import WidthBuckets, WidthSchedule, graph_size
+from sglang_spec_plugins.engine.probe import probe
+from sglang_spec_plugins.patches import backend_support
+from sglang_spec_plugins.patches.backend_support import WIDTHS_BY_BATCH_BACKENDS
+from sglang_spec_plugins.verify_widths import WidthBuckets, WidthSchedule, padded_size
 
 NDT, MAX_WIDTH = 4, 6
 BUCKETS = {1: 6, 2: 4, 4: 2}
 CAPTURED = [1, 2, 3, 4]
+RELEASE = probe().version
 
 PLUGIN = textwrap.dedent("""
     from sglang_spec_plugins import AlgorithmSpec, hookimpl
@@ -57,8 +65,9 @@ def algorithm(site, sglang_loaded):
 
 
 def captured_tokens(runner, size):
-    """``num_tokens`` the release's own capture method (as the class holds it
-    now) computes for ``size``: run it up to that line and read it."""
+    """``(num_tokens, width after, width during)``: the tokens the release's own
+    capture method (as the class holds it now) computes for ``size``, run up to
+    that line, the runner's width attribute after the call and at that line."""
     method = getattr(type(runner), "capture_one_shape", None) or type(runner).capture_one_batch_size
     original = inspect.unwrap(method)
     source, first = inspect.getsourcelines(original)
@@ -71,7 +80,7 @@ def captured_tokens(runner, size):
 
         def local(frame, event, arg):
             if event == "line" and frame.f_lineno > line:
-                seen.update(frame.f_locals)
+                seen.update(frame.f_locals, width=getattr(runner, width_by_batch.width_attribute(runner)))
                 raise runner_drive._PastTheBlock
             return local
 
@@ -85,7 +94,7 @@ def captured_tokens(runner, size):
         pass
     finally:
         sys.settrace(previous)
-    return seen["num_tokens"], getattr(runner, width_by_batch.width_attribute(runner))
+    return seen["num_tokens"], getattr(runner, width_by_batch.width_attribute(runner)), seen["width"]
 
 
 def state_at_entry(method, runner, *args):
@@ -134,7 +143,7 @@ def test_each_size_is_captured_at_its_bucket_s_width(algorithm):
     runner = built_runner(algorithm)
     assert getattr(runner, width_by_batch.width_attribute(runner)) == MAX_WIDTH  # sized with the largest
     for size in CAPTURED:
-        tokens, after = captured_tokens(runner, size)
+        tokens, after, _ = captured_tokens(runner, size)
         assert tokens == size * WidthBuckets.parse(BUCKETS).at(size)
         assert after == MAX_WIDTH  # put back after the capture
 
@@ -197,24 +206,48 @@ def test_backends_not_proven_with_widths_by_batch_are_refused_at_start_up(algori
 
     with runner_drive.published(speculative_algorithm="BY_BATCH", speculative_num_draft_tokens=NDT) as server_args:
         mr = runner_drive.model_runner(algorithm, False, server_args)
-        # flashinfer serves or is patched for every one of these widths on every release: refused for the buckets
+        # aiter serves or is patched for every one of these widths on every release: refused for the buckets
         with pytest.raises(EngineError, match=r"algorithm BY_BATCH \(plugin 'bybatch'\) verifies 6 tokens per request .* "
-                                              r"flashinfer attention backend is not proven with widths by batch size "
-                                              r"\(\{1 = 6, 2 = 4, 4 = 2\}; proven on: trtllm_mha\)"):
-            backend_gate.check("flashinfer", mr)
-        for name in ("triton", "fa3", "aiter"):  # refused for the buckets, or first for a width it lays out wrong
-            with pytest.raises(EngineError, match=rf"algorithm BY_BATCH \(plugin 'bybatch'\) verifies [246] tokens per "
-                                                  rf"request .* {name} attention backend "):
-                backend_gate.check(name, mr)
+                                              r"aiter attention backend is not proven with widths by batch size "
+                                              r"\(\{1 = 6, 2 = 4, 4 = 2\}; proven on: flashinfer, triton, trtllm_mha\)"):
+            backend_gate.check("aiter", mr)
+        with pytest.raises(EngineError, match=r"algorithm BY_BATCH \(plugin 'bybatch'\) verifies [246] tokens per "
+                                              r"request .* fa3 attention backend "):  # FA3 ignores the target's width
+            backend_gate.check("fa3", mr)
         backend_gate.check("trtllm_mha", mr)
+        backend_gate.check("flashinfer", mr)
 
 
-@pytest.mark.parametrize("backend", ["trtllm_mha"])
+def test_a_backend_that_ignores_a_width_is_refused(algorithm):
+    """triton up to 0.5.16 lays every TARGET_VERIFY out at ndt: the first bucket width other than ndt
+    is refused by name at start-up; from 0.5.17 it takes each width and passes."""
+    from sglang_spec_plugins.errors import EngineError
+    from sglang_spec_plugins.patches import backend_gate
+
+    with runner_drive.published(speculative_algorithm="BY_BATCH", speculative_num_draft_tokens=NDT) as server_args:
+        mr = runner_drive.model_runner(algorithm, False, server_args)
+        if Version(RELEASE) >= Version("0.5.17"):
+            backend_gate.check("triton", mr)
+            return
+        with pytest.raises(EngineError, match=rf"algorithm BY_BATCH \(plugin 'bybatch'\) verifies 2 tokens per request shaped as a chain "
+                                              rf"on the target worker at speculative_num_draft_tokens={NDT}, but SGLang "
+                                              rf"{re.escape(RELEASE)}'s triton attention backend lays TARGET_VERIFY out at "
+                                              rf"speculative_num_draft_tokens"):
+            backend_gate.check("triton", mr)
+
+
+@pytest.mark.parametrize("backend", sorted(WIDTHS_BY_BATCH_BACKENDS))
 def test_attention_holds_at_every_width_as_the_batch_grows_and_shrinks(monkeypatch, algorithm, backend):
-    """One backend, graphs captured per size at the bucket's width (the runner's own
-    ``get_spec_info`` under the capture wrapper's width), then a sequence of steps
-    whose width the worker's schedule picks: each replayed on the graph of its
-    width (and run eagerly too), compared with attention from the batch definition."""
+    """One backend, graphs captured per size at the width the release's capture method
+    (as the loader wraps it) shows, with the runner's own ``get_spec_info``; then a
+    sequence of steps whose width the worker's schedule picks, each replayed on the
+    graph the release's replay method pads it to (and run eagerly too), compared with
+    attention from the batch definition. A replay runs as a CUDA graph does: the
+    backend's replay metadata first, then the forward with the metadata captured
+    for that size (its tensors as the replay refilled them, the rest as captured)."""
+    if backend == "triton" and backend_support.attention_support("triton", 2, NDT).verdict == "refused":
+        pytest.skip(f"SGLang {RELEASE}'s triton lays TARGET_VERIFY out at ndt: widths by batch size are refused "
+                    "(test_a_backend_that_ignores_a_width_is_refused)")
     buckets = WidthBuckets.parse(BUCKETS)
     gen = torch.Generator().manual_seed(7)
     ch.bind_stand_ins(monkeypatch)
@@ -223,22 +256,29 @@ def test_attention_holds_at_every_width_as_the_batch_grows_and_shrinks(monkeypat
         attn = ch.build_backend(backend, server_args, algorithm, max(CAPTURED), MAX_WIDTH)
         runner = ch.graph_runner_for(algorithm, server_args, attn, max(CAPTURED))
         runner.capture_bs, runner.speculative_num_draft_tokens = list(CAPTURED), NDT
+        runner.stream, runner._create_device_graph = None, lambda: None  # read before the width line up to 0.5.13
         assert width_by_batch.buckets_of(runner) == buckets
+        graphs, widths = {}, {}
         for size in reversed(CAPTURED):  # as SGLang captures: largest first
-            width = buckets.at(size)
+            tokens, _, width = captured_tokens(runner, size)
             with width_by_batch.at_width(runner, width, sizes=tuple(CAPTURED)):
-                info = type(runner).get_spec_info(runner, size * width)
-            assert info.draft_token_num == width
+                info = type(runner).get_spec_info(runner, tokens)
+            assert info.draft_token_num == width == tokens // size
             capture = h.make_batch(attn, [0] * size, width, gen)
             fb = ch.forward_batch(capture, attn, info, algorithm)
             h.init_metadata(attn, fb, "capture")
             ch.forward(attn, fb, capture)
+            graphs[size], widths[size] = copy.copy(attn.forward_metadata), width
+        can_run, load, _ = replay_methods(runner)
         schedule = WidthSchedule(buckets, CAPTURED, hold_steps=1)
         seen = []
         for bs in (1, 2, 4, 3, 1, 1, 4, 2, 2, 1):
             width = schedule.width(bs)
             seen.append(width)
-            size = graph_size(buckets, bs, width, CAPTURED)  # the graph the runner replays it on
+            assert state_at_entry(can_run, runner, verify_batch(bs, width)) is not None  # the release's own check decides
+            sizes, _ = state_at_entry(load, runner, verify_batch(bs, width))
+            size = padded_size(bs, sizes)  # the graph the release's replay pads the batch to
+            assert widths[size] == width, f"a batch of {bs} at width {width} replays the graph of {size} captured at {widths[size]}"
             for phase, n in (("replay", size), ("eager", bs)):
                 prefixes = torch.randint(1, 20, (n,), generator=gen).tolist()
                 batch = h.make_batch(attn, prefixes, width, gen)
@@ -246,6 +286,8 @@ def test_attention_holds_at_every_width_as_the_batch_grows_and_shrinks(monkeypat
                 if hasattr(fb.spec_info, "live_seq_lens_cpu"):  # 0.5.22+: a chain verify's seq_lens_cpu are KV lengths
                     fb.seq_lens_cpu = fb.seq_lens_cpu + width
                 h.init_metadata(attn, fb, phase)
+                if phase == "replay":
+                    attn.forward_metadata = copy.copy(graphs[size])
                 out = ch.forward(attn, fb, batch)
                 ref = ch.reference(batch, attn, [torch.ones(width, width, dtype=torch.bool).tril()] * n)
                 torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4, msg=f"{phase} bs={n} width={width}")
