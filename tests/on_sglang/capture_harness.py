@@ -10,8 +10,9 @@ flashinfer, triton or trtllm_mha backend, built on the model runner of
 * flashinfer's paged prefill wrapper (:class:`PagedPrefill`): the CUDA-only
   class SGLang's flashinfer backend plans and runs. It keeps flashinfer's
   rules (read off flashinfer 0.6.18 ``prefill.py``): in CUDA-graph mode
-  ``plan`` copies the layout into the buffers given at construction and a
-  custom mask needs a ``custom_mask_buf``; ``run`` uses the custom mask iff
+  ``plan`` copies the layout into the buffers given at construction, a
+  custom mask needs a ``custom_mask_buf``, and a plan may not hold more query
+  rows than the first (the capture's) did; ``run`` uses the custom mask iff
   the wrapper holds a mask buffer, else causal per ``causal``; its batch size
   is fixed by the first plan;
 * ``device="cuda"`` in the backends' ``init_cuda_graph_state`` (the CPU is the
@@ -86,6 +87,12 @@ class PagedPrefill:
         if self.is_cuda_graph_enabled:
             if self._batch_size is not None and bs != self._batch_size:
                 raise ValueError(f"batch size {bs} differs from the captured batch size {self._batch_size}")
+            rows = int(qo_indptr[-1])  # the row count is latched by the first plan (the capture)
+            if self._max_total_num_rows is None:
+                self._max_total_num_rows = rows
+            elif rows > self._max_total_num_rows:
+                raise ValueError(f"The total number of rows in qo_indptr {rows} in cuda graph mode cannot exceed the "
+                                 f"number of rows set during initialization {self._max_total_num_rows}.")
             self._qo_indptr_buf[: bs + 1].copy_(qo_indptr)
             self._paged_kv_indptr_buf[: bs + 1].copy_(paged_kv_indptr)
             n = int(paged_kv_indptr[-1])
