@@ -96,7 +96,7 @@ def test_widths_by_batch_size_follow_the_batch_and_stay_token_identical(plain, t
     result = _serve(tmp_path, "PROMPT_LOOKUP", widths_by_batch=BUCKETS, lengths=tuple(lengths.values()), late_after=2)
     error = result["error"] or ""
     if not result["served"] and error.startswith(("PluginError", "EngineError")) and "--attention-backend triton" in error \
-            and ("is not proven with widths by batch size" in error or "lays TARGET_VERIFY out at" in error):
+            and "lays TARGET_VERIFY out at" in error:  # up to 0.5.16
         pytest.skip(f"the loader refuses, by design, SGLang {contract().release}'s triton backend with widths by batch "
                     f"size: {error.splitlines()[0]}")
     assert result["served"], result
