@@ -202,7 +202,8 @@ PATCHES = (FA3, TRITON)
 
 
 def backend_support(release_probe: EngineProbe) -> Dict[str, str]:
-    """Per patch, what plugin algorithms get from that backend on the probed release (for ``doctor``)."""
+    """Per patch, what plugin algorithms get from that backend on the probed release, and whether
+    trtllm_mha on an XQA GPU takes a verify of more than one token (for ``doctor``)."""
     out = {}
     for patch, shape in ((FA3, _fa3_ignores), (TRITON, _triton_ignores)):
         source = patch.alternatives[0].source()
@@ -211,6 +212,11 @@ def backend_support(release_probe: EngineProbe) -> Dict[str, str]:
             out[patch.name] = f"refused: {patch.plan(release_probe.version).reason}"
         else:
             out[patch.name] = f"refused for widths != ndt on the {_workers(ignores)}" if ignores else "supported"
+    from . import trtllm_mha
+
+    out["backends.trtllm_mha on SM90/SM120"] = ("supported (the XQA spec-decode mask is passed)"
+                                                if trtllm_mha.verify_passes_xqa_mask() else
+                                                "refused for widths > 1 (no XQA spec-decode mask)")
     return out
 
 
@@ -280,6 +286,9 @@ def attention_support(backend: str, width: int, ndt: int, verify_shape: str = CH
     if backend == "trtllm_mha":
         if verify_shape == TREE:
             return Support(REFUSED, "applies a causal mask only: it cannot verify a tree")
+        unmasked = trtllm_mha.unmasked_xqa_verify(width)
+        if unmasked:
+            return Support(REFUSED, unmasked)
         if other and _applies(trtllm_mha.PATCHES):
             return Support(PATCHED, "per-request width patched to the batch's on eager, capture and replay (trtllm_mha)")
         return Support(SERVED, "takes the width from the batch")

@@ -17,7 +17,10 @@ On SM90/SM120 (0.5.21+) the uniform verify runs on flashinfer's XQA kernel
 with a causal mask ``__init__`` builds for ndt rows per request; the kernel
 reads it as ``q_len_per_req`` rows per request, so at another width every
 request after the first gets another request's rows. ``xqa_mask`` passes the
-mask of the verified width (``verify_layout.packed_causal_mask``).
+mask of the verified width (``verify_layout.packed_causal_mask``). Before
+0.5.21 the verify passes XQA no mask at all, and flashinfer's ``xqa`` asserts
+one for more than one token per request: :func:`unmasked_xqa_verify` says why
+``backend_support`` refuses that combination at start-up.
 
 From 0.5.13 the eager path derives the width as ``tokens // requests``, which
 floors a non-uniform batch; ``eager_check`` checks the batch first
@@ -33,7 +36,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
-from typing import Tuple
+import re
+from typing import Optional, Tuple
 
 from ..errors import EngineError
 from ..verify_layout import packed_causal_mask, qo_indptr, width_of
@@ -208,13 +212,55 @@ _MASK_SLICE = 'kwargs["mask"] = mask[: group_seq_lens.shape[0]]'
 _MASKS = "_sglang_spec_plugins_xqa_masks"
 
 
+_PASSES_MASK = re.compile(r"[(,]\s*mask\s*=")  # a call given mask=...
+
+
 def _xqa_mask_condition(source: str) -> Tuple[str, str]:
     if _MASK_SLICE in source:
         return "apply", ("hands XQA the causal mask built in __init__ for ndt rows per request, which the kernel "
                          "reads as q_len_per_req rows per request; passes the mask of the verified width")
-    if "mask" not in source:  # forward_extend before _run_fixed_q_len_decode, or one without a mask
-        return "not needed", "passes XQA no spec-decode mask (before 0.5.21)"
+    if not _PASSES_MASK.search(source):  # forward_extend before _run_fixed_q_len_decode, or one without a mask
+        return "not needed", ("passes XQA no spec-decode mask (before 0.5.21); on SM90/SM120 a verify of more than "
+                              "one token per request is refused at start-up")
     return "refused", "unknown shape of the XQA fixed-q-len decode call"
+
+
+def verify_passes_xqa_mask() -> bool:
+    """Whether the installed release's uniform TARGET_VERIFY hands the decode
+    kernel a spec-decode mask: its ``forward_extend`` calls with ``mask=``
+    (0.5.21+, built in ``__init__``); False also where it cannot be read."""
+    return bool(_PASSES_MASK.search(_target("forward_extend").source() or ""))
+
+
+def xqa_gpu() -> Optional[str]:
+    """This machine's GPU architecture where trtllm_mha runs on flashinfer's XQA
+    kernel, decided as the release's ``__init__`` sets ``is_xqa_impl``: SGLang's
+    own ``is_sm90_supported() or is_sm120_supported()`` (``sglang.srt.utils.common``;
+    read directly up to 0.5.18, through ``get_platform()`` from 0.5.19). None
+    elsewhere (SM100 runs trtllm-gen, which needs no mask)."""
+    from sglang.srt.utils import common
+
+    if common.is_sm90_supported():
+        return "SM90 (Hopper)"
+    return "SM120 (Blackwell)" if common.is_sm120_supported() else None
+
+
+def unmasked_xqa_verify(width: int) -> Optional[str]:
+    """Why a TARGET_VERIFY of ``width`` tokens per request cannot run through
+    trtllm_mha on this machine, or None: on an XQA GPU with a release that
+    passes no spec-decode mask, flashinfer's ``xqa`` asserts one whenever
+    ``q_len_per_req > 1`` (every pin of 0.5.12-0.5.20, flashinfer
+    0.6.11.post1-0.6.18), deep inside the first verify step."""
+    if width <= 1 or verify_passes_xqa_mask():
+        return None
+    gpu = xqa_gpu()
+    if gpu is None:
+        return None
+    return (f"runs TARGET_VERIFY on this {gpu} GPU through flashinfer's XQA kernel, which needs a spec-decode "
+            "mask for more than one token per request, and this release passes none (flashinfer would stop the "
+            "first verify step, after the weights load: 'Mask is required for speculative decoding'); choose "
+            "another --attention-backend (flashinfer serves plugin algorithms on every release) or SGLang "
+            "0.5.21+, whose trtllm_mha passes the mask")
 
 
 def _xqa_mask(backend, like, width: int):

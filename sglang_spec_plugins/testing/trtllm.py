@@ -217,6 +217,7 @@ def forward_batch(batch: Batch, backend):
         positions=torch.zeros(n, dtype=torch.int64), seq_lens=batch.seq_lens.clone(),
         seq_lens_cpu=batch.seq_lens.clone(), seq_lens_sum=int(batch.seq_lens.sum()),
         req_pool_indices=batch.req_pool_indices, req_to_token_pool=_RUNNERS[backend].req_to_token_pool,
+        token_to_kv_pool=_RUNNERS[backend].token_to_kv_pool,
         encoder_lens=None, out_cache_loc=None, spec_info=None, kv_loc_plan=plan, extend_seq_lens_cpu=None,
         extend_prefix_lens_cpu=None, attn_cp_metadata=None, spec_algorithm=None, mha_one_shot=False,
     )
@@ -244,8 +245,12 @@ def backend(monkeypatch, ndt: int, page_size: int, max_bs: int, sm90: bool = Fal
 
     monkeypatch.setenv("SGLANG_FLASHINFER_WORKSPACE_SIZE", str(1 << 20))  # the default allocates 512 MiB
     bind_stand_ins(monkeypatch)
-    if sm90:
-        monkeypatch.setattr(_module(TRTLLM), "get_platform", lambda: SimpleNamespace(is_sm90=True, is_sm120=False))
+    if sm90:  # what __init__ sets is_xqa_impl from: get_platform() from 0.5.19, is_sm90_supported() before
+        module = _module(TRTLLM)
+        if hasattr(module, "get_platform"):
+            monkeypatch.setattr(module, "get_platform", lambda: SimpleNamespace(is_sm90=True, is_sm120=False))
+        if hasattr(module, "is_sm90_supported"):
+            monkeypatch.setattr(module, "is_sm90_supported", lambda: True)
     with _published(monkeypatch, ndt, max_bs) as server_args:
         runner = _model_runner(server_args, page_size, max_bs)
         runner.spec_algorithm = SpeculativeAlgorithm.EAGLE

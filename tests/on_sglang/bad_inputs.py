@@ -43,6 +43,8 @@ class Case:
     """The first SGLang release the case applies to (older ones are skipped)."""
     until: Optional[str] = None
     """The last SGLang release the case applies to (newer ones are skipped)."""
+    gpu: Optional[str] = None
+    """``"sm90"``: the machine reports a Hopper GPU (SGLang's ``is_sm90_supported``, a GPU-only name, stands in)."""
     targets: Dict[str, str] = field(default_factory=dict)
     """plugin name -> ``module:attr`` its entry point names (default: the module ``<name>_mod``)."""
 
@@ -340,6 +342,8 @@ CASES = [
     Case("widths by batch on triton at ndt", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: --attention-backend triton on the target worker at width 2 \(chain, ndt 4\) on SGLang [0-9.post]+ is refused: lays TARGET_VERIFY out at speculative_num_draft_tokens",
          WIDTH + BY_BATCH, {"bad": starting("forward_batch_generation(self, batch, **kwargs)")}, start=dict(FLAGS, attention_backend="triton"),
          until="0.5.16"),
+    Case("trtllm_mha on SM90 without the XQA mask", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: --attention-backend trtllm_mha on the target worker at width 4 \(chain, ndt 4\) on SGLang [0-9.post]+ is refused: runs TARGET_VERIFY on this SM90 \(Hopper\) GPU through flashinfer's XQA kernel, which needs a spec-decode mask for more than one token per request, and this release passes none .*; choose another --attention-backend \(flashinfer serves plugin algorithms on every release\) or SGLang 0.5.21\+", WIDTH,
+         {"bad": starting("forward_batch_generation(self, batch, **kwargs)")}, start=dict(FLAGS, attention_backend="trtllm_mha"), until="0.5.20", gpu="sm90"),
     Case("validator AssertionError", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: validate_server_args refused --speculative-num-draft-tokens 4: AssertionError: blocks of 16 only", WIDTH,
          {"bad": starting("forward_batch_generation(self, batch, **kwargs)", validator="assert args.speculative_num_draft_tokens == 16, 'blocks of 16 only'")}, start=FLAGS),
     Case("widths by batch with DP attention", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: \[algorithms.BAD\] widths_by_batch_size in {cfg} gives widths by batch size \{1 = 4, 8 = 2\}, which are not served with --enable-dp-attention \(SGLang pads every DP rank's decode batch to the largest rank's\)",

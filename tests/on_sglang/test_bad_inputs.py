@@ -2,6 +2,7 @@
 and through ``sglang-spec-plugins check``: the message names its source, and
 nothing stays registered or patched. Then what ``on_error = "skip"`` keeps."""
 
+import dataclasses
 import json
 import re
 import subprocess
@@ -37,6 +38,10 @@ def case_env(site, tmp_path, monkeypatch):
             pytest.skip(f"applies from SGLang {case.since}")
         if case.until and Version(metadata.version("sglang")) > Version(case.until):
             pytest.skip(f"applies up to SGLang {case.until}")
+        if case.gpu == "sm90":
+            from sglang.srt.utils import common
+
+            monkeypatch.setattr(common, "is_sm90_supported", lambda: True)
         for key, value in prepare(case, tmp_path, site).items():
             monkeypatch.setenv(key, value)
         return expected(case, tmp_path)
@@ -81,6 +86,20 @@ def test_check_reports_it(case, case_env, capsys):
     assert report["ok"] is False
     assert any(re.search(message, line) for line in ["\n".join(report["problems"])] + report["problems"]), report["problems"]
     assert out.err == ""
+
+
+def test_trtllm_mha_on_sm90_starts_from_0_5_21(case_env, capsys):
+    """0.5.21+ hands XQA its spec-decode mask: the SM90 trtllm_mha case above
+    resolves its server arguments and passes ``check`` there."""
+    case = next(c for c in CASES if c.gpu == "sm90")
+    if Version(metadata.version("sglang")) <= Version(case.until):
+        pytest.skip(f"refused up to SGLang {case.until}")
+    case_env(dataclasses.replace(case, until=None))
+    run_sglang_plugin_loading()
+    resolve_server_args(**case.start)
+    assert cli.main(["check", "--json", "--single-process"] + check_flags(case)) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] and report["sglang"]["backends"]["BAD"]["4"]["target worker"]["trtllm_mha"]["verdict"] != "refused"
 
 
 FRESH = ["not utf-8", "sys.exit at import", "local file dangling link"]

@@ -294,3 +294,40 @@ def test_xqa_spec_decode_mask_follows_the_width(monkeypatch, sbd, width, phase):
     assert attention()
     revert_all(PATCHES)
     assert attention() == (width == NDT)
+
+
+@pytest.mark.parametrize("sm90", [True, False], ids=["SM90", "SM100"])
+def test_xqa_verify_refused_exactly_where_forward_extend_passes_no_mask(monkeypatch, sbd, sm90):
+    """The start-up refusal of trtllm_mha on an XQA GPU against the release's
+    real forward_extend on that platform: a verify at width ndt hands the
+    decode kernel no mask (flashinfer's xqa asserts one for more than one token
+    per request) exactly where ``attention_support`` refuses; elsewhere (SM100:
+    trtllm-gen) nothing is refused."""
+    from sglang.srt.utils import common
+
+    from sglang_spec_plugins.patches.backend_support import REFUSED, attention_support
+
+    algorithm = sbd(NDT)
+    masks = []
+    with h.backend(monkeypatch, NDT, 16, MAX_BS, sm90=sm90) as attn:
+        decode = h._module(h.TRTLLM).flashinfer.decode
+        kernel = decode.trtllm_batch_decode_with_kv_cache
+        monkeypatch.setattr(decode, "trtllm_batch_decode_with_kv_cache", lambda *a, **k: masks.append(k.get("mask")) or kernel(*a, **k))
+        batch = h.make_batch(attn, [5, 17, 3], NDT, torch.Generator().manual_seed(0))
+        fb = h.forward_batch(batch, attn)
+        fb.spec_algorithm = algorithm
+        h.init_metadata(attn, fb, "eager")
+        h.forward(attn, fb, batch)
+        assert attn.is_xqa_impl == sm90
+    if sm90:
+        monkeypatch.setattr(common, "is_sm90_supported", lambda: True)
+    refused = [w for w in (1, 2, NDT, 6) if attention_support("trtllm_mha", w, NDT).verdict == REFUSED]
+    assert len(masks) == 1
+    if not sm90:
+        assert masks == [None] and refused == []
+        return
+    masked = masks[0] is not None
+    assert trtllm_mha.verify_passes_xqa_mask() == masked
+    assert refused == ([] if masked else [2, NDT, 6])  # one token per request needs no mask
+    if not masked:
+        assert "SM90 (Hopper)" in attention_support("trtllm_mha", NDT, NDT).reason
