@@ -211,7 +211,7 @@ def table(releases: List[str], check: bool) -> int:
         print(f"{total - len(stale)} passed, {len(stale)} failed")
         return 1 if stale else 0
     header = ("\n| release | plugin framework | algorithm registry | width hook the runners call "
-              "| methods taken from the enum | patches the loader applies | FA3 / triton with a plugin width != ndt | loader |\n"
+              "| methods taken from the enum | patches the loader applies | FA3 / triton with a plugin width != ndt; trtllm_mha on SM90/SM120 | loader |\n"
               "|---|---|---|---|---|---|---|---|\n")
     head, _, tail = _section(readme, TABLE_START, TABLE_END)
     readme = head + TABLE_START + header + "\n".join(rows) + "\n" + TABLE_END + tail
