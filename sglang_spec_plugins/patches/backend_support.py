@@ -289,9 +289,11 @@ def attention_support(backend: str, width: int, ndt: int, verify_shape: str = CH
         unmasked = trtllm_mha.unmasked_xqa_verify(width)
         if unmasked:
             return Support(REFUSED, unmasked)
+        xqa = "" if width <= 1 or trtllm_mha.verify_passes_xqa_mask() else \
+            " (on this machine; on an SM90/SM120 GPU refused at start-up: this release passes XQA no spec-decode mask)"
         if other and _applies(trtllm_mha.PATCHES):
-            return Support(PATCHED, "per-request width patched to the batch's on eager, capture and replay (trtllm_mha)")
-        return Support(SERVED, "takes the width from the batch")
+            return Support(PATCHED, "per-request width patched to the batch's on eager, capture and replay (trtllm_mha)" + xqa)
+        return Support(SERVED, "takes the width from the batch" + xqa)
     if backend in ("fa3", "fa4"):
         ignores = _fa3_ignores(FA3.alternatives[0].source() or "")
         if other and (ignores is None or worker in ignores):
