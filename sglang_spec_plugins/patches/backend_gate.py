@@ -11,7 +11,8 @@ there: ``ModelRunner._get_attention_backend_from_str`` up to 0.5.15,
 that runs TARGET_VERIFY it asks :func:`.backend_support.support_at_widths` (:func:`.backend_support.attention_support` at every width a step may use)
 about the backend at the plugin's width and declared verify shape, and
 refuses with an :class:`EngineError` before the factory runs when the answer
-is ``refused``; backends the project has not examined (registered by a
+is ``refused`` (the half of a prefill/decode pair that does not run
+TARGET_VERIFY is not judged: :func:`verifies_elsewhere`); backends the project has not examined (registered by a
 future release, or by another package) are trusted only with a chain at
 ``speculative_num_draft_tokens``. Built-in algorithms, and draft workers
 that do not verify, build exactly as before.
@@ -65,10 +66,24 @@ def classified_name(backend_str: str, model_runner) -> str:
     return backend_str
 
 
+def verifies_elsewhere(backend_str: str, model_runner) -> bool:
+    """True where the runner's server arguments name another backend for its
+    TARGET_VERIFY: ``backend_str`` is then the half of a prefill/decode pair
+    that only prefills or only decodes (SGLang's hybrid backend sends
+    TARGET_VERIFY to one half, by ``speculative_attention_mode``), and what
+    it would lay out wrong for a verify never reaches it. False where no
+    backend is named (SGLang picks one: it is judged as built)."""
+    from ..engine.startup_check import DRAFT, TARGET, verify_backends
+
+    named = verify_backends(getattr(model_runner, "server_args", None))
+    verifier = named.get(DRAFT if model_runner.is_draft_worker else TARGET)
+    return verifier is not None and verifier != backend_str
+
+
 def check(backend_str: str, model_runner) -> None:
     """Raise EngineError if this runner's plugin algorithm must not verify on ``backend_str``."""
     policy = verifying_policy(model_runner)
-    if policy is None:
+    if policy is None or verifies_elsewhere(backend_str, model_runner):
         return
     is_draft = bool(model_runner.is_draft_worker)
     ndt = configured_ndt(model_runner)

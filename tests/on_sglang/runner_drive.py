@@ -76,6 +76,22 @@ def _runtime_context():
     return importlib.import_module("sglang.srt.runtime_context")
 
 
+def as_raw_input(server_args, fields):
+    """Make ``fields`` the record's raw (operator) values too: on some releases (0.5.19, 0.5.23) a
+    published override is a resolution declaration, and the record's own fields keep their defaults."""
+    setter = object.__setattr__
+    try:
+        import msgspec
+
+        if isinstance(server_args, msgspec.Struct):  # 0.5.23: a Struct whose own __setattr__ guards fields
+            setter = msgspec.Struct.__setattr__
+    except ImportError:
+        pass
+    for name, value in fields.items():
+        if getattr(server_args, name, None) != value:
+            setter(server_args, name, value)
+
+
 def model_runner(algo, is_draft_worker, server_args):
     """The model-runner stand-in, with the release's ``ModelRunner`` width
     helper bound to it (``decode_num_tokens_per_req`` 0.5.16+,

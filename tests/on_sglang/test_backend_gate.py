@@ -50,12 +50,13 @@ def builds(monkeypatch):
     def factory(runner):
         raise _Built
 
-    def builds(name, algorithm, is_draft_worker=False, mla=False):
+    def builds(name, algorithm, is_draft_worker=False, mla=False, **server):
         monkeypatch.setitem(ATTENTION_BACKENDS, name, factory)
         algo = SpeculativeAlgorithm.from_string(algorithm)
         fields = dict(speculative_algorithm=algorithm, speculative_num_draft_tokens=NDT, speculative_num_steps=NDT - 1,
-                      speculative_eagle_topk=1, attention_backend=name)
+                      speculative_eagle_topk=1, attention_backend=name, **server)
         with runner_drive.published(**fields) as server_args:
+            runner_drive.as_raw_input(server_args, server)  # the operator's names, as the gate reads them
             runner = runner_drive.model_runner(algo, is_draft_worker, server_args)
             runner.use_mla_backend = mla
             owner, attr, _ = target.resolve()
@@ -144,6 +145,22 @@ def test_an_mla_model_is_classified_as_the_mla_backend_its_factory_builds(load, 
     with pytest.raises(EngineError, match=refusal_pattern("CAP_CHAIN", 6, "target", "aiter_mla", "chain",
                                                           "the AITER MLA kernels take a fixed draft length.*")):
         builds("aiter", "CAP_CHAIN", mla=True)
+
+
+@pytest.mark.parametrize("mode, judged", [("prefill", False), ("decode", True)])
+def test_only_the_half_of_a_pair_that_verifies_is_judged(load, builds, mode, judged):
+    """``--prefill-attention-backend flashinfer --decode-attention-backend X``: SGLang's hybrid backend
+    sends TARGET_VERIFY to the prefill half unless ``--speculative-attention-mode decode``; the decode half
+    is built, unjudged, where it only decodes (before: refused after the weights had loaded)."""
+    load(6)
+    assert attention_support(FUTURE, 6, NDT, "chain").verdict == REFUSED
+    pair = dict(prefill_attention_backend="flashinfer", decode_attention_backend=FUTURE, speculative_attention_mode=mode)
+    if judged:
+        with pytest.raises(EngineError, match=refusal_pattern("CAP_CHAIN", 6, "target", FUTURE, "chain")):
+            builds(FUTURE, "CAP_CHAIN", **pair)
+    else:
+        assert builds(FUTURE, "CAP_CHAIN", **pair)
+    assert builds("flashinfer", "CAP_CHAIN", **pair)
 
 
 def test_unknown_shape_is_refused():
