@@ -128,13 +128,6 @@ def graph_size(buckets: WidthBuckets, batch_size: int, width: int, capture_sizes
     return padded_size(batch_size, graph_sizes(buckets, width, capture_sizes))
 
 
-def natural_width(buckets: WidthBuckets, batch_size: int, capture_sizes: Optional[Sequence[int]] = None) -> int:
-    """The width of a batch without hysteresis: the bucket of the size it pads
-    to (its own size when there are no graphs or it is above them)."""
-    padded = padded_size(batch_size, capture_sizes)
-    return buckets.at(padded if padded is not None else batch_size)
-
-
 class WidthSchedule:
     """The width of each step, with hysteresis (see the module doc).
 
@@ -155,7 +148,7 @@ class WidthSchedule:
     def width(self, batch_size: int) -> int:
         if batch_size < 1:
             raise ValueError(f"batch size must be >= 1, got {batch_size}")
-        padded = padded_size(batch_size, self.capture_sizes)
+        padded = padded_size(batch_size, self.capture_sizes)  # the size whose graph it replays, else its own
         wanted = self.buckets.bucket(padded if padded is not None else batch_size)
         current = self._bucket
         if current is None or wanted >= current or not self._can_hold(batch_size, current):

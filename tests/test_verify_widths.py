@@ -9,7 +9,6 @@ from sglang_spec_plugins.verify_widths import (
     WidthBucketsError,
     WidthSchedule,
     graph_size,
-    natural_width,
     padded_size,
 )
 
@@ -48,6 +47,11 @@ def test_bad_buckets(value, message):
 def test_padding_follows_sglang():
     assert padded_size(5, CAPTURED) == 8 and padded_size(8, CAPTURED) == 8 and padded_size(129, CAPTURED) is None
     assert padded_size(5, None) is None
+
+
+def natural_width(buckets, size, captured):
+    """A batch's width without hysteresis: a fresh schedule's first answer."""
+    return WidthSchedule(buckets, captured).width(size)
 
 
 def test_width_of_a_padded_batch_is_the_padded_size_s_bucket():
