@@ -45,6 +45,7 @@ from typing import Optional, Tuple
 from ..engine.algorithm import policy_of
 from ..verify_widths import WidthBuckets, graph_size, graph_sizes
 from .unit import Target, WrapPatch
+from .verify_batch import batch_width
 
 _STATE = "_sglang_spec_plugins_widths"
 """Runner attribute: (buckets, every captured size), computed at first use."""
@@ -83,14 +84,6 @@ def at_width(runner, width: int, sizes: Optional[Tuple[int, ...]] = None):
     finally:
         setattr(runner, attr, saved[0])
         runner.capture_bs = saved[1]
-
-
-def batch_width(forward_batch) -> Optional[int]:
-    """The per-request width of a uniform TARGET_VERIFY batch; None otherwise."""
-    if not forward_batch.forward_mode.is_target_verify() or forward_batch.batch_size < 1:
-        return None
-    width, rest = divmod(forward_batch.input_ids.shape[0], forward_batch.batch_size)
-    return None if rest or width < 1 else width
 
 
 def schedule_for(model_runner, hold_steps: int = 0):
@@ -144,13 +137,19 @@ def _capture_all(runner, buckets, *_):
     return buckets.maximum, _every_size(runner)
 
 
+def _width(runner, forward_batch) -> Optional[int]:
+    """The batch's width (:func:`.verify_batch.batch_width`: None for other modes
+    and ragged layouts; a batch that does not split evenly is refused here)."""
+    return batch_width(forward_batch, runner.speculative_num_draft_tokens, "decode CUDA-graph runner")
+
+
 def _replay(runner, buckets, forward_batch, *_):
-    width = batch_width(forward_batch)
+    width = _width(runner, forward_batch)
     return None if width is None else (width, None)
 
 
 def _can_run(runner, buckets, forward_batch, *_):
-    width = batch_width(forward_batch)
+    width = _width(runner, forward_batch)
     if width is None:
         return None
     size = graph_size(buckets, forward_batch.batch_size, width, _every_size(runner))
