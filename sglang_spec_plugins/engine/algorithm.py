@@ -75,10 +75,14 @@ def policy_for(server_args: Any) -> VerifyPolicy:
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
     name = getattr(server_args, "speculative_algorithm", None)
-    policy = policy_of(SpeculativeAlgorithm.from_string(name))
+    return _required(SpeculativeAlgorithm.from_string(name), f"--speculative-algorithm {name!r}")
+
+
+def _required(algorithm: Any, what: str) -> VerifyPolicy:
+    """The policy of a plugin ``algorithm``; EngineError naming ``what`` otherwise."""
+    policy = policy_of(algorithm)
     if policy is None:
-        raise EngineError(f"--speculative-algorithm {name!r} is not a plugin algorithm registered by sglang-spec-plugins "
-                          "in this process")
+        raise EngineError(f"{what} is not a plugin algorithm registered by sglang-spec-plugins in this process")
     return policy
 
 
@@ -106,10 +110,7 @@ class StepWidths:
     def __init__(self, model_runner: Any, hold_steps: int = 0):
         from ..patches.backend_support import configured_ndt
 
-        policy = policy_of(model_runner.spec_algorithm)
-        if policy is None:
-            raise EngineError(f"StepWidths: the runner's algorithm {model_runner.spec_algorithm!r} is not a plugin "
-                              "algorithm registered by sglang-spec-plugins")
+        policy = _required(model_runner.spec_algorithm, f"StepWidths: the runner's algorithm {model_runner.spec_algorithm!r}")
         self.maximum: int = policy.width(configured_ndt(model_runner), bool(model_runner.is_draft_worker))
         self._runner, self._hold_steps = model_runner, hold_steps
         self._schedule: Any = _UNRESOLVED  # then a WidthSchedule, or None: one width

@@ -66,8 +66,8 @@ class PromptLookupWorker(worker_base()):
 
     def __init__(self, server_args, target_worker, **release_kwargs):
         super().__init__(server_args, target_worker, **release_kwargs)
-        self.widths = StepWidths(self.target_worker.model_runner)  # each step's width: .at(batch size)
-        self.stride = self.widths.maximum  # the row stride of what a step carries to the next
+        self.widths = StepWidths(self.target_worker.model_runner)  # .at(batch size): each step's width;
+        # .maximum: the row stride of what a step carries to the next
         self.max_ngram, self.min_ngram = ngram_settings(policy_for(server_args).settings)
 
     def forward_batch_generation(self, batch, **kwargs):
@@ -81,8 +81,8 @@ class PromptLookupWorker(worker_base()):
         """The step's result; ``rows`` is ``(bs, width)``, row ``i`` starting with
         the ``accept_lens[i]`` tokens request ``i`` commits."""
         carried = NgramVerifyInput(  # what the scheduler filters and merges between steps: one stride
-            draft_token_num=self.stride, new_seq_lens=new_seq_lens,
-            accept_tokens=carried_rows(rows, self.stride).flatten(), accept_lens=accept_lens,
+            draft_token_num=self.widths.maximum, new_seq_lens=new_seq_lens,
+            accept_tokens=carried_rows(rows, self.widths.maximum).flatten(), accept_lens=accept_lens,
         )
         return GenerationBatchResult(
             logits_output=logits_output, next_token_ids=rows.flatten(), accept_lens=accept_lens,
@@ -92,7 +92,7 @@ class PromptLookupWorker(worker_base()):
 
     def _idle(self):
         device = self.target_worker.model_runner.device
-        tokens = torch.empty((0, self.stride), dtype=torch.int64, device=device)
+        tokens = torch.empty((0, self.widths.maximum), dtype=torch.int64, device=device)
         lens = torch.empty((0,), dtype=torch.int64, device=device)
         return self._result(None, tokens, lens.to(torch.int32), lens, False)
 
