@@ -26,7 +26,7 @@ SGLang's decode graph runner captures it (``gpu_layer_step.Bench``).
    width with the most accepted tokens per second becomes that size's bucket,
    as an operator would write ``widths_by_batch_size`` from this grid.
 3. **Serving**: one backend whose graph for each batch size is captured at
-   its bucket's width (``sglang_spec_plugins.patches.width_by_batch`` does
+   its bucket's width (``sglang_spec_plugins.patches.widths_by_batch_size`` does
    this in SGLang's runner), then ``--sequence`` (batch sizes that grow and
    shrink, sizes between captured ones padded the way SGLang pads them),
    ``--steps`` steps each, each step's width from the package's
@@ -62,7 +62,7 @@ from typing import Callable, Dict, List, Sequence
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sglang_spec_plugins.verify_widths import WidthBuckets, WidthSchedule, padded_size  # noqa: E402
+from sglang_spec_plugins.widths_by_batch_size import WidthsByBatchSize, WidthSchedule, padded_size  # noqa: E402
 
 BATCHES = (1, 8, 32, 64, 128)
 WIDTHS = (2, 4, 8, 16)
@@ -78,11 +78,11 @@ def accepted_per_request(width: int, acceptance: float) -> float:
     return (1 - acceptance**width) / (1 - acceptance)
 
 
-def buckets_from_grid(grid: Dict[int, Dict[int, float]], acceptance: float) -> WidthBuckets:
+def buckets_from_grid(grid: Dict[int, Dict[int, float]], acceptance: float) -> WidthsByBatchSize:
     """Per batch size, the width with the most accepted tokens per second."""
     best = {bs: max(row, key=lambda w: bs * accepted_per_request(w, acceptance) / row[w]) for bs, row in grid.items()}
     sizes = sorted(best)
-    return WidthBuckets.parse({1 if i == 0 else bs: best[bs] for i, bs in enumerate(sizes)})
+    return WidthsByBatchSize.parse({1 if i == 0 else bs: best[bs] for i, bs in enumerate(sizes)})
 
 
 def plan_sequence(sequence: Sequence[int], steps: int, capture: Sequence[int], width_of: Callable[[int], int]):
@@ -324,7 +324,7 @@ def main(argv=None) -> int:
     parser.add_argument("--sequence", type=int, nargs="+", default=list(SEQUENCE))
     parser.add_argument("--steps", type=int, default=10, help="steps per batch size of the sequence")
     parser.add_argument("--layers", type=int, default=32)
-    parser.add_argument("--hold-steps", type=int, default=0, help="the schedule's hysteresis (verify_widths.WidthSchedule)")
+    parser.add_argument("--hold-steps", type=int, default=0, help="the schedule's hysteresis (widths_by_batch_size.WidthSchedule)")
     parser.add_argument("--iters", type=int, default=20)
     args = parser.parse_args(argv)
     if args.markdown:

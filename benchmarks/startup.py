@@ -1,7 +1,7 @@
 """Start-up: what the loader adds to a fresh SGLang process, with 10 plugins installed.
 
 Each measurement is a fresh Python process on the real SGLang source (CPU
-harness, ``tests/sglang_cpu.py``) that first imports what SGLang itself has
+harness, ``sglang_spec_plugins.testing.cpu``) that first imports what SGLang itself has
 imported when it calls ``load_plugins()``, then times ``load_plugins()``:
 
 * ``launcher``: ``sglang.srt.server_args`` and ``sglang.srt.plugins`` (the

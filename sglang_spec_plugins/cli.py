@@ -45,7 +45,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p_check.add_argument("path", nargs="?", type=Path, help=f"the plugins.toml (default: ${config_mod.CONFIG_ENV}, then ./plugins.toml)")
     p_check.add_argument("--num-draft-tokens", "-n", type=_positive_int, action="append", default=[], metavar="N",
                          help="resolve and check every width SGLang asks for at this speculative_num_draft_tokens "
-                              f"(repeatable; default: each of {', '.join(map(str, DEFAULT_NDTS))} the algorithm accepts)")
+                              f"(repeatable; default: each of {', '.join(map(str, ndt_grid.DEFAULT_NDTS))} the algorithm accepts)")
     p_check.add_argument("--disable-overlap-schedule", action="store_true",
                          help="the server will run with --disable-overlap-schedule")
     p_check.add_argument("--attention-backend", metavar="NAME",
@@ -82,7 +82,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 1
 
 
-DEFAULT_NDTS = (1, 2, 3, 4, 5, 8, 16, 32, 64)
 """The ``speculative_num_draft_tokens`` values ``check`` resolves widths at when
 no ``-n`` is given (those the algorithm's ``validate_server_args`` accepts and
 its ``max_tokens_per_req`` allows): a width hook that fails only at some
@@ -127,13 +126,13 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
-_BY_BATCH = ("target_by_batch", "draft_by_batch")
+_BY_BATCH = ("target_widths_by_batch_size", "draft_widths_by_batch_size")
 
 
 def _by_batch(policy, ndt: int, draft_verifies: bool) -> Dict[str, Any]:
     """Widths by batch-size bucket (``{"1": 16, "8": 8}``), per worker that
     runs TARGET_VERIFY and has them."""
-    found = {key: policy.widths(ndt, draft) for key, draft in zip(_BY_BATCH, (False, True)) if draft_verifies or not draft}
+    found = {key: policy.widths_by_batch_size(ndt, draft) for key, draft in zip(_BY_BATCH, (False, True)) if draft_verifies or not draft}
     return {key: buckets.as_plain() for key, buckets in found.items() if buckets is not None}
 
 
@@ -164,7 +163,7 @@ def _check(args: argparse.Namespace) -> int:
                 problems.append(str(exc) + ("" if args.num_draft_tokens else
                                             f" (found at a default ndt; `check -n {ndt}` shows it alone)"))
         checked[name] = entry
-    from .engine.prediction import predict  # imports SGLang only if it is installed
+    from .serving.prediction import predict  # imports SGLang only if it is installed
 
     sglang = predict(plugin_set, policies, args.num_draft_tokens, args.disable_overlap_schedule, args.attention_backend,
                      args.enable_dp_attention)
@@ -254,10 +253,10 @@ def _doctor(args: argparse.Namespace) -> int:
     plans, backends, problems = {}, {}, list(found.problems())
     if not problems:
         from .patches import serving_plans
-        from .patches.backend_support import backend_support
+        from .patches.attention_support import report
 
         plans, problems = serving_plans(found)
-        backends = backend_support(found)
+        backends = report(found)
     allowed = os.environ.get("SGLANG_PLUGINS", "")
     if allowed.strip() and LOADER_ENTRY_POINT not in {n.strip() for n in allowed.split(",")}:
         problems.append(f"SGLANG_PLUGINS={allowed} leaves out {LOADER_ENTRY_POINT}: SGLang will not start the loader, "

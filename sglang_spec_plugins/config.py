@@ -13,7 +13,6 @@ in :mod:`sglang_spec_plugins.plugins`.
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 import stat
@@ -28,8 +27,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
-from .errors import ConfigError
-from .verify_widths import WidthBuckets, WidthBucketsError
+from .errors import ConfigError, closest, is_plain_int
+from .widths_by_batch_size import WidthsByBatchSize, WidthsByBatchSizeError
 
 CONFIG_ENV = "SGLANG_SPEC_PLUGINS_CONFIG"
 """Environment variable naming the plugins.toml to use."""
@@ -90,7 +89,7 @@ class AlgorithmConfig:
     keeps it from being registered. ``max_tokens_per_req``: the operator's
     ceiling on the verify width. ``widths_by_batch_size``: the operator's widths
     per batch-size bucket (used instead of the plugin's
-    ``sgl_spec_verify_widths``). ``settings``: every other key, read-only,
+    ``sgl_spec_widths_by_batch_size``). ``settings``: every other key, read-only,
     handed to the plugin's hooks.
     """
 
@@ -99,7 +98,7 @@ class AlgorithmConfig:
     enabled: bool = True
     max_tokens_per_req: Optional[int] = None
     settings: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
-    verify_widths: Optional[WidthBuckets] = None
+    widths_by_batch_size: Optional[WidthsByBatchSize] = None
 
 
 @dataclass(frozen=True)
@@ -131,7 +130,7 @@ class Config:
             "on_error": self.on_error,
             "algorithms": {
                 name: {"plugin": a.plugin, "enabled": a.enabled, "max_tokens_per_req": a.max_tokens_per_req,
-                       "verify_widths": a.verify_widths.as_plain() if a.verify_widths else None,
+                       "widths_by_batch_size": a.widths_by_batch_size.as_plain() if a.widths_by_batch_size else None,
                        "settings": plain(a.settings)}
                 for name, a in sorted(self.algorithms.items())
             },
@@ -326,7 +325,7 @@ def _algorithm(name: str, table: Any, where: str, problems: List[str]) -> Option
     if not isinstance(enabled, bool):
         problems.append(f"{label} enabled must be true or false, got {enabled!r}")
     cap = table.get("max_tokens_per_req")
-    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+    if cap is not None and (not is_plain_int(cap) or cap < 1):
         problems.append(f"{label} max_tokens_per_req must be a positive integer, got {cap!r}")
     elif cap is not None and cap > MAX_TOKENS_PER_REQ_LIMIT:
         problems.append(f"{label} max_tokens_per_req = {cap} is above {MAX_TOKENS_PER_REQ_LIMIT}, the largest verify width "
@@ -334,8 +333,8 @@ def _algorithm(name: str, table: Any, where: str, problems: List[str]) -> Option
     widths = None
     if "widths_by_batch_size" in table:
         try:
-            widths = WidthBuckets.parse(table["widths_by_batch_size"])
-        except WidthBucketsError as exc:
+            widths = WidthsByBatchSize.parse(table["widths_by_batch_size"])
+        except WidthsByBatchSizeError as exc:
             problems.append(f"{label} widths_by_batch_size: {exc} (write widths_by_batch_size = "
                             "{1 = 16, 8 = 8, 64 = 4}: from each batch size on, that many tokens per request)")
     if "verify_widths" in table:
@@ -355,7 +354,7 @@ def _algorithm(name: str, table: Any, where: str, problems: List[str]) -> Option
         enabled=enabled,
         max_tokens_per_req=cap,
         settings=MappingProxyType(settings),
-        verify_widths=widths,
+        widths_by_batch_size=widths,
     )
 
 
@@ -366,7 +365,7 @@ def _framework_key_near(key: str) -> Optional[str]:
     (``max_tokens``). Taken as a setting, it would silently not apply."""
     snake = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", key).lower().replace("-", "_")
     for candidate in (key, snake):
-        near = difflib.get_close_matches(candidate, FRAMEWORK_ALGORITHM_KEYS, n=1, cutoff=0.8)
+        near = closest(candidate, FRAMEWORK_ALGORITHM_KEYS, cutoff=0.8)  # closer than a hint: it refuses the key
         if near:
             return near[0]
     return next((k for k in FRAMEWORK_ALGORITHM_KEYS if len(snake) >= 6 and k != snake and k.startswith(snake)), None)

@@ -1,8 +1,10 @@
-"""Exceptions raised by sglang-spec-plugins; each message names its source."""
+"""Exceptions raised by sglang-spec-plugins (each message names its source),
+and how those messages judge and name the values they quote."""
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Optional
+import difflib
+from typing import Any, Collection, Iterable, List, Optional
 
 
 class SpecPluginError(Exception):
@@ -56,6 +58,18 @@ class StartupRefused(SystemExit):
     def __init__(self, cause: BaseException):
         self.cause = cause
         super().__init__(f"sglang-spec-plugins refused to start: {cause}")
+
+
+def is_plain_int(value: Any) -> bool:
+    """Exactly an ``int``: no bool, no subclass, no numpy scalar. What a plugin
+    or plugins.toml gives as a width or a size is judged by this, never by
+    the value's own comparison methods."""
+    return type(value) is int
+
+
+def closest(name: str, known: Collection[str], n: int = 1, cutoff: float = 0.6) -> List[str]:
+    """The ``n`` names of ``known`` nearest to ``name`` ("did you mean ...?")."""
+    return difflib.get_close_matches(name, sorted(known), n=n, cutoff=cutoff)
 
 
 def type_name(value: Any) -> str:

@@ -46,6 +46,10 @@ PROJECT_NAME = "sglang_spec_plugins"
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
+RENAMED_HOOKS = {"sgl_spec_verify_widths": "sgl_spec_widths_by_batch_size"}
+"""Hook names renamed before 0.1.0 (same arguments and answers): a plugin
+implementing the old name is refused with the new one."""
+
 
 @dataclass(frozen=True)
 class AlgorithmSpec:
@@ -130,7 +134,7 @@ def sgl_spec_verify_width(
 
 
 @hookspec(firstresult=True)
-def sgl_spec_verify_widths(
+def sgl_spec_widths_by_batch_size(
     algorithm: str,
     num_draft_tokens: int,
     is_draft_worker: bool,
@@ -145,8 +149,8 @@ def sgl_spec_verify_widths(
     SGLang captures each CUDA graph at the width of its batch size's bucket,
     sizes capture buffers with the largest width, and a batch replays on the
     graph of the size it pads to, so a worker takes each step's width from
-    ``sglang_spec_plugins.patches.width_by_batch.schedule_for(model_runner)``
-    (see :mod:`sglang_spec_plugins.verify_widths`). ``widths_by_batch_size`` in the
+    ``sglang_spec_plugins.patches.widths_by_batch_size.schedule_for(model_runner)``
+    (see :mod:`sglang_spec_plugins.widths_by_batch_size`). ``widths_by_batch_size`` in the
     algorithm's plugins.toml table, when set, is used instead and this hook is
     not asked. Unlike the other per-algorithm hooks, ``None`` is a valid
     answer for the plugin's own algorithm.

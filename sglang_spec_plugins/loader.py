@@ -78,7 +78,7 @@ def load(environ: MutableMapping[str, str] = os.environ) -> LoadReport:
     unserved = None
     if policies:
         from .engine.probe import probe
-        from .engine.registration import register_all
+        from .serving.registration import register_all
         from .patches import PATCHES, apply_all, revert_all, serving_plans
 
         found = probe()
@@ -113,7 +113,7 @@ def load(environ: MutableMapping[str, str] = os.environ) -> LoadReport:
         logger.info("sglang-spec-plugins: %s", agreement.join(digest, environ))
     except DisagreementError:
         if plans:
-            from .engine.registration import unregister
+            from .serving.registration import unregister
             from .patches import PATCHES, revert_all
 
             unregister(registered)

@@ -13,7 +13,6 @@ Selection: plugins.toml ``[plugins] enable`` (absent: all installed) minus
 
 from __future__ import annotations
 
-import difflib
 import importlib.util
 import inspect
 import os
@@ -29,7 +28,7 @@ import pluggy
 from . import config as config_mod
 from . import hookspecs
 from .config import RESERVED_ALGORITHM_NAMES, AlgorithmConfig, Config, valid_algorithm_name
-from .errors import ConfigError, PluginError, describe_exception, show, type_name
+from .errors import ConfigError, PluginError, closest, describe_exception, show, type_name
 
 ENTRY_POINT_GROUP = hookspecs.PROJECT_NAME
 ALLOW_ENV = "SGLANG_SPEC_PLUGINS"
@@ -174,7 +173,6 @@ def discover(
     config: Config,
     *,
     environ: Mapping[str, str] = os.environ,
-    entry_points: Optional[Iterable[metadata.EntryPoint]] = None,
     collect: bool = False,
     config_problems: Sequence[str] = (),
 ) -> PluginSet:
@@ -190,9 +188,7 @@ def discover(
     ``on_error = "fail"``; with ``"skip"`` (or ``collect=True``, used by
     ``check``) it is dropped and listed in ``failures``.
     """
-    if entry_points is None:
-        entry_points = metadata.entry_points(group=ENTRY_POINT_GROUP)
-    by_name = _by_name(entry_points)
+    by_name = _by_name(metadata.entry_points(group=ENTRY_POINT_GROUP))
     problems = list(config_problems)
     selected = _select(config, sorted(by_name), environ, problems)
     if problems:  # a broken [plugins] table would select the wrong plugins: import none of them
@@ -278,6 +274,7 @@ def _load_one(pm: pluggy.PluginManager, name: str, eps: Sequence[metadata.EntryP
     _refuse_callable_entry_point(name, ep, plugin, label)
     try:
         pm.register(plugin, name=name)
+        _refuse_renamed_hooks(pm, plugin, name, label)
         pm.check_pending()
     except pluggy.PluginValidationError as exc:
         detail = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
@@ -348,12 +345,20 @@ def _refuse_callable_entry_point(name: str, ep: metadata.EntryPoint, plugin: Any
 _HOOK_NAMES = tuple(sorted(n for n in vars(hookspecs) if n.startswith("sgl_spec_")))
 
 
+def _refuse_renamed_hooks(pm: pluggy.PluginManager, plugin: Any, name: str, label: Optional[str]) -> None:
+    """A hookimpl under a name the contract renamed (:data:`~.hookspecs.RENAMED_HOOKS`) is refused with the new name."""
+    old = sorted(caller.name for caller in pm.get_hookcallers(plugin) or () if caller.name in hookspecs.RENAMED_HOOKS)
+    if old:
+        raise PluginError(name, "; ".join(f"implements {hook}, which is now {hookspecs.RENAMED_HOOKS[hook]} (same "
+                                          "arguments and answers): rename the function" for hook in old), label)
+
+
 def _nearest(name: str, installed: Collection[str]) -> str:
     """How an unknown plugin name is explained: the closest installed names
     and how many are installed (``list`` shows the loaded ones)."""
     if not installed:
         return "no plugin is installed"
-    near = difflib.get_close_matches(name, sorted(installed), n=3, cutoff=0.6)
+    near = closest(name, installed, n=3)
     count = f"{len(installed)} installed"
     return f"did you mean {' or '.join(map(repr, near))}? {count}" if near else f"no installed plugin is named alike; {count}"
 
@@ -386,7 +391,7 @@ def _source_names(eps: Sequence[metadata.EntryPoint], algorithm: str) -> bool:
 
 def _closest(name: str, known: Sequence[str]) -> str:
     """``" (did you mean 'x'?)"`` for the nearest of ``known``, or ``""``."""
-    near = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    near = closest(name, known)
     return f" (did you mean {near[0]!r}?)" if near else ""
 
 
@@ -451,7 +456,7 @@ def _match_algorithms(
                 notes.append(f"{origin}: [algorithms.{name}] is inert: no loaded plugin offers it; the source of "
                              f"{', '.join(map(repr, maybe))} (installed, not loaded) names it")
                 continue
-            near = difflib.get_close_matches(name, sorted(offered), n=1, cutoff=0.6)
+            near = closest(name, offered)
             hint = f" (did you mean {near[0]}, offered by {offered[near[0]][0][0]!r}?)" if near else ""
             unread = (f"; nor does the source of the {len(not_loaded)} installed plugin(s) not loaded name it (if one of "
                       "them makes the name at run time, name that plugin with plugin = \"...\")") if not_loaded else ""

@@ -21,10 +21,10 @@ import logging
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 from . import agreement
-from .errors import ConfigError, PluginError, show, type_name
+from .errors import ConfigError, PluginError, is_plain_int, show, type_name
 from .plugins import OfferedAlgorithm, PluginSet
 from .verify_layout import DRAFT_VERIFIES_CHAINS_ONLY, TREE
-from .verify_widths import WidthBuckets, WidthBucketsError, WidthSchedule
+from .widths_by_batch_size import WidthsByBatchSize, WidthsByBatchSizeError, WidthSchedule
 
 logger = logging.getLogger("sglang_spec_plugins")
 
@@ -48,10 +48,10 @@ class VerifyPolicy:
         self.plugin = offered.plugin
         self.ceiling: Optional[int] = offered.config.max_tokens_per_req
         self.settings: Mapping[str, Any] = offered.config.settings
-        self.configured_widths: Optional[WidthBuckets] = offered.config.verify_widths
+        self._configured: Optional[WidthsByBatchSize] = offered.config.widths_by_batch_size
         self._plugins = plugins
         self._widths: Dict[Tuple[int, bool], int] = {}
-        self._buckets: Dict[Tuple[int, bool], Optional[WidthBuckets]] = {}
+        self._buckets: Dict[Tuple[int, bool], Optional[WidthsByBatchSize]] = {}
         self._max_widths: Dict[int, int] = {}
         self._draft_may_verify: Optional[bool] = None
 
@@ -78,7 +78,7 @@ class VerifyPolicy:
         except KeyError:
             pass
         ndt = self._check_ndt(num_draft_tokens)
-        buckets = self.widths(ndt, is_draft_worker)
+        buckets = self.widths_by_batch_size(ndt, is_draft_worker)
         if buckets is not None:
             self._widths[(num_draft_tokens, is_draft_worker)] = buckets.maximum
             return buckets.maximum
@@ -97,19 +97,19 @@ class VerifyPolicy:
         logger.info("sglang-spec-plugins: algorithm %s (plugin %s): %s = %d", self.algorithm, self.plugin, call, width)
         return width
 
-    def widths(self, num_draft_tokens: int, is_draft_worker: bool) -> Optional[WidthBuckets]:
+    def widths_by_batch_size(self, num_draft_tokens: int, is_draft_worker: bool) -> Optional[WidthsByBatchSize]:
         """The widths by batch-size bucket, or None for one width at every
         batch size: plugins.toml's ``widths_by_batch_size`` if set, else the
-        owner's ``sgl_spec_verify_widths`` (asked twice, each answer parsed into
-        :class:`~.verify_widths.WidthBuckets` before the two are compared, then
+        owner's ``sgl_spec_widths_by_batch_size`` (asked twice, each answer parsed into
+        :class:`~.widths_by_batch_size.WidthsByBatchSize` before the two are compared, then
         cached). Every width must be from 1 to :meth:`max_width`."""
         key = (num_draft_tokens, bool(is_draft_worker))
         if key in self._buckets:
             return self._buckets[key]
         ndt = self._check_ndt(num_draft_tokens)
         limit = self.max_width(ndt)
-        if self.configured_widths is not None:
-            buckets = self.configured_widths
+        if self._configured is not None:
+            buckets = self._configured
             if buckets.maximum > limit:
                 raise ConfigError([
                     f"[algorithms.{self.algorithm}] widths_by_batch_size = {buckets} in {self._plugins.config.origin}: "
@@ -117,7 +117,7 @@ class VerifyPolicy:
                     "lower it, or raise the maximum (max_tokens_per_req, where the plugin does not answer "
                     "sgl_spec_max_verify_width)"])
         else:
-            call = self.widths_setting(ndt, is_draft_worker)  # the hook call
+            call = self.widths_by_batch_size_source(ndt, is_draft_worker)  # the hook call
             first, again = (self._buckets_answer(call, ndt, bool(is_draft_worker)) for _ in range(2))
             if first != again:
                 raise self._fault(f"{call} answered {first}, then {again} for the same arguments; answers must be pure "
@@ -132,33 +132,33 @@ class VerifyPolicy:
         self._buckets[key] = buckets
         return buckets
 
-    def widths_setting(self, num_draft_tokens: int, is_draft_worker: bool) -> str:
+    def widths_by_batch_size_source(self, num_draft_tokens: int, is_draft_worker: bool) -> str:
         """Where :meth:`widths` come from, for messages: the plugins.toml key, or the hook call."""
-        if self.configured_widths is not None:
+        if self._configured is not None:
             return f"[algorithms.{self.algorithm}] widths_by_batch_size in {self._plugins.config.origin}"
-        return f"sgl_spec_verify_widths(num_draft_tokens={num_draft_tokens}, is_draft_worker={bool(is_draft_worker)})"
+        return f"sgl_spec_widths_by_batch_size(num_draft_tokens={num_draft_tokens}, is_draft_worker={bool(is_draft_worker)})"
 
-    def _buckets_answer(self, call: str, ndt: int, is_draft_worker: bool) -> Optional[WidthBuckets]:
-        """One answer of the owner's ``sgl_spec_verify_widths`` (None: none, or
+    def _buckets_answer(self, call: str, ndt: int, is_draft_worker: bool) -> Optional[WidthsByBatchSize]:
+        """One answer of the owner's ``sgl_spec_widths_by_batch_size`` (None: none, or
         it answered None), parsed: nothing it returns is compared by its own code."""
-        answer = self._ask("sgl_spec_verify_widths", call, dict(algorithm=self.algorithm, num_draft_tokens=ndt,
+        answer = self._ask("sgl_spec_widths_by_batch_size", call, dict(algorithm=self.algorithm, num_draft_tokens=ndt,
                                                                  is_draft_worker=is_draft_worker), none_ok=True)
         try:
-            return None if answer is None else WidthBuckets.parse(answer)
-        except WidthBucketsError as exc:
+            return None if answer is None else WidthsByBatchSize.parse(answer)
+        except WidthsByBatchSizeError as exc:
             raise self._fault(f"{call} returned {show(answer)}, not widths by batch size: {exc}") from None
 
     def candidate_widths(self, num_draft_tokens: int, is_draft_worker: bool) -> Tuple[int, ...]:
         """Every width a TARGET_VERIFY step of this worker may use, ascending."""
-        buckets = self.widths(num_draft_tokens, is_draft_worker)
+        buckets = self.widths_by_batch_size(num_draft_tokens, is_draft_worker)
         return buckets.candidates if buckets else (self.width(num_draft_tokens, is_draft_worker),)
 
     def schedule(self, num_draft_tokens: int, is_draft_worker: bool, capture_sizes=None,
                  hold_steps: int = 0) -> Optional[WidthSchedule]:
-        """A worker's per-step width chooser (:class:`~.verify_widths.WidthSchedule`)
+        """A worker's per-step width chooser (:class:`~.widths_by_batch_size.WidthSchedule`)
         for the batch sizes SGLang captured graphs for (``capture_sizes``; None
         when eager); None when the algorithm has one width at every batch size."""
-        buckets = self.widths(num_draft_tokens, is_draft_worker)
+        buckets = self.widths_by_batch_size(num_draft_tokens, is_draft_worker)
         return None if buckets is None else WidthSchedule(buckets, capture_sizes, hold_steps)
 
     def max_width(self, num_draft_tokens: int) -> int:
@@ -203,8 +203,8 @@ class VerifyPolicy:
         Raises on the first bad one."""
         self.width(num_draft_tokens, False)
         self.width(num_draft_tokens, True)
-        self.widths(num_draft_tokens, False)
-        self.widths(num_draft_tokens, True)
+        self.widths_by_batch_size(num_draft_tokens, False)
+        self.widths_by_batch_size(num_draft_tokens, True)
 
     def check_others_stay_out(self) -> None:
         """Ask every other plugin each per-algorithm hook for this algorithm;
@@ -214,15 +214,15 @@ class VerifyPolicy:
             ("sgl_spec_max_verify_width", {"num_draft_tokens": _PROBE_NDT}),
             ("sgl_spec_verify_width", {"num_draft_tokens": _PROBE_NDT, "is_draft_worker": False}),
             ("sgl_spec_verify_width", {"num_draft_tokens": _PROBE_NDT, "is_draft_worker": True}),
-            ("sgl_spec_verify_widths", {"num_draft_tokens": _PROBE_NDT, "is_draft_worker": False}),
-            ("sgl_spec_verify_widths", {"num_draft_tokens": _PROBE_NDT, "is_draft_worker": True}),
+            ("sgl_spec_widths_by_batch_size", {"num_draft_tokens": _PROBE_NDT, "is_draft_worker": False}),
+            ("sgl_spec_widths_by_batch_size", {"num_draft_tokens": _PROBE_NDT, "is_draft_worker": True}),
         ):
             call = f"{hook}(algorithm={self.algorithm!r}" + "".join(f", {k}={v!r}" for k, v in args.items()) + ")"
             answers = self._plugins.answers(hook, exclude=self.plugin, call=call, algorithm=self.algorithm, settings=self.settings, **args)
             self._refuse_intruders(hook, answers)
 
     def _check_ndt(self, num_draft_tokens: Any) -> int:
-        if not _is_int(num_draft_tokens) or num_draft_tokens < 1:
+        if not is_plain_int(num_draft_tokens) or num_draft_tokens < 1:
             raise ValueError(f"algorithm {self.algorithm}: speculative_num_draft_tokens must be a positive int, got {num_draft_tokens!r}")
         return num_draft_tokens
 
@@ -270,10 +270,6 @@ class VerifyPolicy:
                 f"{hook_name} answered {answers[intruders[0]]!r} for algorithm {self.algorithm}, which plugin "
                 f"{self.plugin!r} owns; return None for algorithms you do not own",
             )
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 

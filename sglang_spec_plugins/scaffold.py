@@ -85,7 +85,7 @@ def sgl_spec_verify_width(algorithm, num_draft_tokens, is_draft_worker, settings
 
 
 @hookimpl
-def sgl_spec_verify_widths(algorithm, num_draft_tokens, is_draft_worker, settings):
+def sgl_spec_widths_by_batch_size(algorithm, num_draft_tokens, is_draft_worker, settings):
     """Widths by batch size, {{min_batch_size: width}}, e.g. {{1: 16, 8: 8, 64: 4}}: batches of 1-7
     requests verify 16 tokens each, 8-63 verify 8, 64 and more 4 (every width from 1 to the maximum).
     None: one width at every batch size (sgl_spec_verify_width). SGLang captures each CUDA graph at
@@ -127,15 +127,14 @@ prompt-lookup example, ``examples/prompt_lookup_drafter/prompt_lookup_drafter/wo
 in the sglang-spec-plugins repository. Start from it.
 """
 
-from sglang_spec_plugins.engine.algorithm import StepWidths
-from sglang_spec_plugins.engine.worker_contract import worker_base
+from sglang_spec_plugins.worker import StepWidths, worker_base
 
 
 class Worker(worker_base()):
     def __init__(self, server_args, target_worker, **release_kwargs):
         super().__init__(server_args, target_worker, **release_kwargs)
         # Each decode step's verify width: the plugin's one width, or widths by batch size
-        # (sgl_spec_verify_widths, or plugins.toml's widths_by_batch_size). Every request
+        # (sgl_spec_widths_by_batch_size, or plugins.toml's widths_by_batch_size). Every request
         # of a step verifies the step's width; carry rows of self.widths.maximum between steps.
         self.widths = StepWidths(self.target_worker.model_runner)
 
@@ -191,7 +190,7 @@ python -m sglang.launch_server --model-path ... --speculative-algorithm {algorit
 `--disable-overlap-schedule` is needed while `supports_overlap=False`.
 
 Widths by batch size (fewer tokens per request as the batch grows), from the plugin's
-`sgl_spec_verify_widths` or, with no code, from the server's plugins.toml:
+`sgl_spec_widths_by_batch_size` or, with no code, from the server's plugins.toml:
 
 ```toml
 [algorithms.{algorithm}]

@@ -66,29 +66,6 @@ def qo_indptr(batch_size: int, width: int, arange: Callable = range):
     return _as_list(arange(0, (batch_size + 1) * width, width), arange)
 
 
-def kv_lengths(prefix_lengths: Sequence[int], width: int) -> list:
-    """Key lengths per request: its cached prefix plus its ``width`` new tokens."""
-    return [int(p) + width for p in prefix_lengths]
-
-
-def kv_indptr(prefix_lengths: Sequence[int], width: int) -> list:
-    """Cumulative key offsets ``[0, k0, k0+k1, ...]`` for :func:`kv_lengths`."""
-    out = [0]
-    for length in kv_lengths(prefix_lengths, width):
-        out.append(out[-1] + length)
-    return out
-
-
-def max_seq_len_q(width: int) -> int:
-    """The longest query of the batch: every request has ``width`` queries."""
-    return width
-
-
-def max_seq_len_k(prefix_lengths: Sequence[int], width: int) -> int:
-    """The longest key sequence of the batch."""
-    return max(kv_lengths(prefix_lengths, width)) if len(prefix_lengths) else 0
-
-
 def packed_causal_mask(width: int) -> list:
     """The causal mask of one request's ``width`` new tokens, bit-packed the
     way XQA's spec-decode kernels read it: row ``r`` (query ``r``) has bits

@@ -37,7 +37,7 @@ def simple_plugin(algorithm: str, width: Optional[str] = None, draft: Optional[s
         "sgl_spec_verify_width(algorithm, num_draft_tokens, is_draft_worker, settings)": width,
         "sgl_spec_draft_may_verify(algorithm, settings)": draft,
         "sgl_spec_max_verify_width(algorithm, num_draft_tokens, settings)": max_width,
-        "sgl_spec_verify_widths(algorithm, num_draft_tokens, is_draft_worker, settings)": widths,
+        "sgl_spec_widths_by_batch_size(algorithm, num_draft_tokens, is_draft_worker, settings)": widths,
     }
     source = PLUGIN_HEADER + textwrap.dedent(f"""
         class Worker:

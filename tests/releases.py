@@ -144,7 +144,7 @@ with contextlib.redirect_stdout(doctor):
     main(["doctor", "--json"])
 report = {{"doctor": json.loads(doctor.getvalue())}}
 if report["doctor"]["ok"]:
-    from sglang_spec_plugins.patches.backend_support import attention_support
+    from sglang_spec_plugins.patches.attention_support import attention_support
     report["backends"] = {{b: [attention_support(b, w, 4, s).verdict for s in ("chain", "tree") for w in (2, 4, 6)]
                           for b in {list(BACKEND_COLUMNS)!r}}}
 print(json.dumps(report))

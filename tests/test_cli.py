@@ -350,7 +350,7 @@ def test_check_reports_widths_by_batch_and_their_backends(env, tmp_path):
     out = run("check", str(cfg), "-n", "16", "--json", "--single-process", env=env)
     data = json.loads(out.stdout)
     widths = data["algorithms"]["SBD"]["widths"]["16"]
-    assert widths["target_by_batch"] == {"1": 16, "8": 8, "64": 4} and widths["target"] == 16
+    assert widths["target_widths_by_batch_size"] == {"1": 16, "8": 8, "64": 4} and widths["target"] == 16
     verdicts = data["sglang"]["backends"]["SBD"]["16"]["target worker"]
     assert verdicts["fa3"]["verdict"] == "refused" and verdicts["fa3"]["reason"].startswith("at width 4: ")
     assert verdicts["trtllm_mha"]["reason"].startswith("at widths 4, 8, 16: ") and verdicts["trtllm_mha"]["verdict"] != "refused"
@@ -360,4 +360,4 @@ def test_check_reports_widths_by_batch_and_their_backends(env, tmp_path):
     assert verdicts["aiter"]["reason"] == ("at width 16: is not proven with widths by batch size "
                                            "({1 = 16, 8 = 8, 64 = 4}; proven on: flashinfer, triton, trtllm_mha)")
     text = run("check", str(cfg), "-n", "16", "--single-process", env=env).stdout
-    assert "target 16, max 16, target by batch {1 = 16, 8 = 8, 64 = 4}" in text and "draft by batch" not in text
+    assert "target 16, max 16, target widths by batch size {1 = 16, 8 = 8, 64 = 4}" in text and "draft widths" not in text

@@ -133,3 +133,12 @@ def test_answers_are_traced_to_their_plugin(two, write_toml):
     ps = discover(cfg(write_toml, "[plugins]\nenable = ['alpha', 'beta']\n"))
     got = ps.answers("sgl_spec_verify_width", algorithm="ALPHA", num_draft_tokens=8, is_draft_worker=False, settings={})
     assert got == {"alpha": 4, "beta": None}
+
+
+def test_a_hook_under_its_old_name_is_refused_with_the_new_one(site, write_toml):
+    old = simple_plugin("OLD") + ("\n@hookimpl\ndef sgl_spec_verify_widths(algorithm):\n"
+                                  "    return {1: 4} if algorithm == 'OLD' else None\n")
+    site.add("old-drafter", {"old": "old_mod"}, {"old_mod": old})
+    with pytest.raises(PluginError, match=r"plugin 'old' \(old-drafter==1.0\): implements sgl_spec_verify_widths, "
+                                          r"which is now sgl_spec_widths_by_batch_size \(same arguments and answers\)"):
+        discover(cfg(write_toml, "[plugins]\nenable = ['old']\n"))

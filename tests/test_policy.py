@@ -109,11 +109,11 @@ def test_a_plugin_answering_for_another_plugins_algorithm_is_blamed(site, write_
 def test_widths_by_batch_from_the_plugin(site, write_toml):
     policy = policy_for(site, write_toml, "[algorithms.ALGO]\nmax_tokens_per_req = 16\n",
                         widths="{1: 16, 8: 8, 64: 4} if not is_draft_worker else None")
-    buckets = policy.widths(8, False)
+    buckets = policy.widths_by_batch_size(8, False)
     assert [buckets.at(n) for n in (1, 8, 64)] == [16, 8, 4]
     assert policy.width(8, False) == 16  # SGLang sizes capture buffers with the largest
     assert policy.candidate_widths(8, False) == (4, 8, 16)
-    assert policy.widths(8, True) is None and policy.candidate_widths(8, True) == (8,)  # None: the static answer
+    assert policy.widths_by_batch_size(8, True) is None and policy.candidate_widths(8, True) == (8,)  # None: the static answer
     schedule = policy.schedule(8, False, capture_sizes=[1, 2, 4, 8, 16, 32, 64])
     assert [schedule.width(n) for n in (5, 64, 3)] == [8, 4, 16]  # 5 pads to 8: bucket 8; 3 pads to 4: bucket 1
 
@@ -121,8 +121,8 @@ def test_widths_by_batch_from_the_plugin(site, write_toml):
 def test_widths_by_batch_from_plugins_toml_win_over_the_plugin(site, write_toml):
     policy = policy_for(site, write_toml, "[algorithms.ALGO]\nwidths_by_batch_size = {1 = 8, 32 = 2}\n",
                         widths="{1: 4}")
-    assert policy.widths(8, False).as_plain() == {"1": 8, "32": 2}
-    assert policy.widths(8, True).as_plain() == {"1": 8, "32": 2}
+    assert policy.widths_by_batch_size(8, False).as_plain() == {"1": 8, "32": 2}
+    assert policy.widths_by_batch_size(8, True).as_plain() == {"1": 8, "32": 2}
 
 
 def test_widths_by_batch_asked_twice_then_cached(site, write_toml):
@@ -130,32 +130,32 @@ def test_widths_by_batch_asked_twice_then_cached(site, write_toml):
     import p_mod
 
     calls = []
-    original = p_mod.sgl_spec_verify_widths
+    original = p_mod.sgl_spec_widths_by_batch_size
 
     def counting(algorithm, num_draft_tokens, is_draft_worker, settings):
         calls.append((num_draft_tokens, is_draft_worker))
         return original(algorithm, num_draft_tokens, is_draft_worker, settings)
 
-    impl = next(i for i in policy._plugins.pm.hook.sgl_spec_verify_widths.get_hookimpls() if i.plugin_name == "p")
+    impl = next(i for i in policy._plugins.pm.hook.sgl_spec_widths_by_batch_size.get_hookimpls() if i.plugin_name == "p")
     impl.function = counting
     for _ in range(3):
-        assert policy.widths(8, False).maximum == 8
+        assert policy.widths_by_batch_size(8, False).maximum == 8
     assert calls == [(8, False), (8, False)]
 
 
 @pytest.mark.parametrize("widths, message", [
-    ("{1: 16}", r"sgl_spec_verify_widths\(num_draft_tokens=8, is_draft_worker=False\) returned \{1 = 16\}; width 16 is "
+    ("{1: 16}", r"sgl_spec_widths_by_batch_size\(num_draft_tokens=8, is_draft_worker=False\) returned \{1 = 16\}; width 16 is "
                 r"above the maximum width 8"),
     ("{2: 4}", r"returned \{2: 4\}, not widths by batch size: the smallest bucket must start at batch size 1 \(got 2\)"),
     ("{1: 0}", r"returned \{1: 0\}, not widths by batch size: width for batch size 1 must be a positive integer, got 0"),
     ("[8, 4]", r"returned \[8, 4\], not widths by batch size: expected a non-empty mapping"),
     ("{1: 4} if __import__('random').random() < 2 and not hasattr(__import__('builtins'), '_n') and "
      "not setattr(__import__('builtins'), '_n', 1) else {1: 2}",
-     r"sgl_spec_verify_widths\(num_draft_tokens=8, is_draft_worker=False\) answered \{1 = 4\}, then \{1 = 2\} for the same arguments; answers must be pure"),
+     r"sgl_spec_widths_by_batch_size\(num_draft_tokens=8, is_draft_worker=False\) answered \{1 = 4\}, then \{1 = 2\} for the same arguments; answers must be pure"),
 ])
 def test_bad_widths_by_batch_name_the_plugin(site, write_toml, widths, message):
     policy = policy_for(site, write_toml, widths=widths)
-    with pytest.raises(PluginError, match=r"plugin .p. \(p-drafter==1.0\): algorithm ALGO: (sgl_spec_verify_widths\(num_draft_tokens=8, is_draft_worker=False\) )?" + message):
+    with pytest.raises(PluginError, match=r"plugin .p. \(p-drafter==1.0\): algorithm ALGO: (sgl_spec_widths_by_batch_size\(num_draft_tokens=8, is_draft_worker=False\) )?" + message):
         policy.validate(8)
 
 

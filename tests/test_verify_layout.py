@@ -6,10 +6,6 @@ from hypothesis import strategies as st
 
 from sglang_spec_plugins.verify_layout import (
     VerifyLayoutError,
-    kv_indptr,
-    kv_lengths,
-    max_seq_len_k,
-    max_seq_len_q,
     packed_causal_mask,
     qo_indptr,
     width_of,
@@ -49,15 +45,6 @@ def test_qo_indptr_slices_each_request(bs, width):
     ptr = qo_indptr(bs, width)
     assert len(ptr) == bs + 1 and ptr[0] == 0 and ptr[-1] == bs * width
     assert all(b - a == width for a, b in zip(ptr, ptr[1:]))
-
-
-@given(prefix=st.lists(st.integers(min_value=0, max_value=4096), min_size=1, max_size=32), width=sizes)
-def test_kv_lengths_and_indptr(prefix, width):
-    lengths = kv_lengths(prefix, width)
-    ptr = kv_indptr(prefix, width)
-    assert [b - a for a, b in zip(ptr, ptr[1:])] == lengths
-    assert max_seq_len_k(prefix, width) == max(prefix) + width
-    assert max_seq_len_q(width) == width
 
 
 def test_qo_indptr_with_torch_arange():

@@ -75,53 +75,15 @@ def policy_for(server_args: Any) -> VerifyPolicy:
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
     name = getattr(server_args, "speculative_algorithm", None)
-    return _required(SpeculativeAlgorithm.from_string(name), f"--speculative-algorithm {name!r}")
+    return required_policy(SpeculativeAlgorithm.from_string(name), f"--speculative-algorithm {name!r}")
 
 
-def _required(algorithm: Any, what: str) -> VerifyPolicy:
+def required_policy(algorithm: Any, what: str) -> VerifyPolicy:
     """The policy of a plugin ``algorithm``; EngineError naming ``what`` otherwise."""
     policy = policy_of(algorithm)
     if policy is None:
         raise EngineError(f"{what} is not a plugin algorithm registered by sglang-spec-plugins in this process")
     return policy
-
-
-_UNRESOLVED = object()
-
-
-class StepWidths:
-    """Each decode step's verify width, for a plugin worker; widths by batch size
-    (plugins.toml ``widths_by_batch_size`` or the plugin's ``sgl_spec_verify_widths``)
-    where the algorithm has them, else its one width. In the worker::
-
-        self.widths = StepWidths(self.target_worker.model_runner)   # __init__
-        width = self.widths.at(batch.batch_size())                   # every decode step, before drafting
-
-    ``model_runner`` is the runner that runs the worker's TARGET_VERIFY. ``at``
-    is asked once per step (it keeps the hysteresis state): it returns the
-    width to draft and verify, which the CUDA-graph runner replays at (see
-    :class:`~..verify_widths.WidthSchedule`; ``hold_steps`` its hysteresis).
-    ``maximum`` is the largest width (what SGLang sizes buffers and reserves KV
-    for): a fixed row stride for what a worker carries between steps. The
-    schedule is resolved at the first ``at``, once the runner's decode CUDA
-    graphs are captured. Imports SGLang; EngineError for a runner whose
-    algorithm is not a plugin algorithm."""
-
-    def __init__(self, model_runner: Any, hold_steps: int = 0):
-        from ..patches.backend_support import configured_ndt
-
-        policy = _required(model_runner.spec_algorithm, f"StepWidths: the runner's algorithm {model_runner.spec_algorithm!r}")
-        self.maximum: int = policy.width(configured_ndt(model_runner), bool(model_runner.is_draft_worker))
-        self._runner, self._hold_steps = model_runner, hold_steps
-        self._schedule: Any = _UNRESOLVED  # then a WidthSchedule, or None: one width
-
-    def at(self, batch_size: int) -> int:
-        """The width of this step, for a batch of ``batch_size`` requests."""
-        if self._schedule is _UNRESOLVED:
-            from ..patches.width_by_batch import schedule_for
-
-            self._schedule = schedule_for(self._runner, self._hold_steps)
-        return self.maximum if self._schedule is None else self._schedule.width(batch_size)
 
 
 @functools.lru_cache(maxsize=None)
@@ -136,7 +98,6 @@ def plugin_base_class(probe: EngineProbe) -> type:
         if not hasattr(_PolicyMethods, name)
     }
     borrowed["__doc__"] = "A CustomSpecAlgo whose answers come from a sglang-spec-plugins policy."
-    borrowed["borrowed_from_enum"] = tuple(sorted(n for n in borrowed if not n.startswith("_")))
     return type("PluginSpecAlgo", (_PolicyMethods, CustomSpecAlgo), borrowed)
 
 

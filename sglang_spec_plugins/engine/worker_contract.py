@@ -30,7 +30,7 @@ Facts probed, each from the file SGLang runs:
   builders, HiCache, weight updates, metrics, the base class's defaults), as
   paths such as ``draft_worker.draft_runner.token_to_kv_pool`` with the file
   and line (:mod:`.worker_reads`); ``required_reads`` are those made on every
-  worker, ``draft_worker_members`` those under its ``draft_worker``.
+  worker.
 """
 
 from __future__ import annotations
@@ -78,12 +78,6 @@ class WorkerContract:
         return tuple(first.values())
 
     @property
-    def draft_worker_members(self) -> Tuple[str, ...]:
-        """Paths SGLang reads under the worker's ``draft_worker``
-        (``draft_worker.draft_runner.token_to_kv_pool``, ...)."""
-        return tuple(r.path for r in self.required_reads if r.path.startswith("draft_worker."))
-
-    @property
     def required_members(self) -> Tuple[str, ...]:
         """Members a worker class must have: the base's abstract ones, those the
         scheduler reads on every worker, the first member of every path SGLang
@@ -127,7 +121,7 @@ def check_worker(worker_cls: object, found: WorkerContract) -> List[str]:
         sites = {r.path: r for r in found.required_reads}
         named = ", ".join(f"{name} ({sites[name].where})" if name in sites else name for name in missing)
         problems.append(f"{worker_cls.__name__} lacks {named}, which {where} uses on every speculative "
-                        f"worker; build on sglang_spec_plugins.engine.worker_contract.worker_base() "
+                        f"worker; build on sglang_spec_plugins.worker.worker_base() "
                         f"({found.base_class or 'SGLang'}'s defaults) to have them")
     problems += _unanswered_paths(worker_cls, found, assigned)
     if not hasattr(worker_cls, FORWARD):
@@ -183,7 +177,7 @@ def _unanswered_paths(worker_cls: type, found: WorkerContract, assigned: dict) -
                 what = "is None" if value is None else f"({type(value).__name__}) has no {name}"
                 problems.append(f"{worker_cls.__name__}.{answered} {what}, but SGLang {found.release} reads "
                                 f"{read.path} off every speculative worker but NGRAM ({read.where}); build on "
-                                "sglang_spec_plugins.engine.worker_contract.worker_base(), whose draft_worker "
+                                "sglang_spec_plugins.worker.worker_base(), whose draft_worker "
                                 "answers it for a worker without a draft model")
                 break
             value = getattr(value, name)
@@ -369,121 +363,3 @@ def _refuses_without_overlap(tree: ast.AST) -> bool:
         and any(isinstance(s, ast.Raise) for s in node.body)
         for node in ast.walk(tree)
     )
-
-
-class ModelFreeRunner:
-    """What SGLang reads off a draft model runner, for a worker with none.
-
-    SGLang reads ``spec_worker.draft_worker.draft_runner`` (and, up to 0.5.13,
-    ``spec_worker.model_runner``) for every algorithm but NGRAM: the draft KV
-    pool for disaggregation and HiCache (``token_to_kv_pool``; None: there is
-    none, so both skip it as they do for NGRAM), its ``model_config`` (None,
-    as NGRAM's), the device timer the metrics reporter sets, and the weight
-    exporter a ``save_remote_model`` with a ``draft_url`` calls (nothing of its
-    own to save).
-    """
-
-    token_to_kv_pool = None
-    model_config = None
-
-    @property
-    def weight_exporter(self) -> "ModelFreeRunner":
-        return self
-
-    def save_remote_model(self, url: str) -> None:
-        """No draft weights: nothing to save."""
-
-
-class ModelFreeDraftWorker:
-    """What SGLang reads off ``spec_worker.draft_worker``, for a worker
-    without a separate draft model, answering what SGLang answers for NGRAM
-    (whose ``draft_worker`` is None, a case SGLang skips only for NGRAM):
-    no draft runners (weight updates reach the target alone, the HiCache
-    draft plan and draft KV pool are empty), no graph memory or time (None),
-    no weight-load time or preloaded bytes (0), and nothing to allocate,
-    initialise or capture.
-    """
-
-    draft_runners = ()
-    graph_memory_usage = None
-    graph_time_usage = None
-    weight_load_time = 0.0
-    preloaded_weights_bytes = 0
-
-    def __init__(self):
-        self.draft_runner = ModelFreeRunner()
-
-    def alloc_memory_pool(self, **pools) -> None:
-        """The worker uses the target's pools; nothing of its own."""
-
-    def init_attention_backends(self) -> None:
-        """No draft model: no attention backend."""
-
-    def init_cuda_graphs(self, **options) -> None:
-        """No draft model: no graphs."""
-
-
-@functools.lru_cache(maxsize=None)
-def worker_base() -> type:
-    """A base class for a plugin's worker on the installed release (imports SGLang).
-
-    It is SGLang's own ``BaseSpecWorker`` (every default the scheduler relies
-    on: memory pools, attention backends, CUDA graphs, weight updates, ...)
-    with what a plugin worker needs on every release 0.5.12-0.5.23: a
-    constructor taking the keywords this release passes (``server_args`` and
-    ``target_worker`` kept as attributes, the rest, which vary by release, in
-    ``release_kwargs``); ``target_worker`` and ``clear_cache_pool``, which the
-    base leaves abstract up to 0.5.15; and what SGLang reads off a worker
-    without a separate draft model, as SGLang's own model-free NGRAM worker
-    answers it: ``draft_worker`` (a :class:`ModelFreeDraftWorker`: SGLang
-    reads ``draft_worker.draft_runner.token_to_kv_pool`` of every algorithm
-    but NGRAM, so None would crash its start-up), ``model_runner`` (that
-    view's :class:`ModelFreeRunner`, read up to 0.5.13 for the draft KV pool;
-    the target's runner is ``self.target_worker.model_runner``),
-    ``model_config`` (None) and weight updates (from tensors: the target
-    worker's, as NGRAM does; from disk/IPC: the scheduler has updated the
-    target, there is nothing else). ``draft_worker`` and ``model_runner`` are
-    made on first read and may be assigned in ``__init__`` by a worker that
-    has its own. A subclass supplies ``forward_batch_generation(self, batch, **kwargs)``.
-    """
-    import importlib
-
-    base = getattr(importlib.import_module(BASE_MODULE), BASE_NAME)
-
-    class PluginSpecWorker(base):
-        model_config = None
-
-        def __init__(self, server_args, target_worker, **release_kwargs):
-            super().__init__()
-            self.server_args = server_args
-            self._target_worker = target_worker
-            self.release_kwargs = release_kwargs
-
-        @property
-        def target_worker(self):
-            return self._target_worker
-
-        @functools.cached_property
-        def draft_worker(self):
-            return ModelFreeDraftWorker()
-
-        @functools.cached_property
-        def model_runner(self):
-            return self.draft_worker.draft_runner
-
-        def clear_cache_pool(self):
-            """Nothing of its own to clear: the KV pools are the target worker's."""
-
-        def update_weights_from_tensor(self, recv_req):
-            """SGLang hands tensor updates to the speculative worker alone: the target's."""
-            return self.target_worker.update_weights_from_tensor(recv_req)
-
-    for name in ("update_weights_from_disk", "update_weights_from_ipc"):
-        if not hasattr(base, name):  # up to 0.5.15; later the base updates draft_worker.draft_runners (none)
-            setattr(PluginSpecWorker, name, _target_only_update)
-    return PluginSpecWorker
-
-
-def _target_only_update(worker, recv_req):
-    """The scheduler has updated the target worker already; no draft weights."""
-    return True, "Succeeded to update model weights."

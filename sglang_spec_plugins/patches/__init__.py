@@ -1,17 +1,15 @@
-"""Version-adaptive patches to SGLang, one module per engine area.
+"""Version-adaptive patches to SGLang, one module per engine area or backend.
 
 :mod:`.unit` holds the mechanism (declared targets, a feature condition,
 apply/revert, all-or-nothing), :mod:`.source_edit` the line edits it makes.
-``PATCHES`` lists every patch the loader applies, in order. Only this package
-and ``engine`` import SGLang, and only when a patch is planned or applied.
+``PATCHES`` lists every patch the loader applies, in order.
 """
 
-from . import aiter, backend_gate, backend_support, capture_input, runners, trtllm_mha, width_by_batch
-from .unit import Plan, apply_all, plan_all, revert_all
+from . import aiter, backend_gate, capture_input, fa3, runners, triton, trtllm_mha, widths_by_batch_size
+from .unit import Plan, Verdict, apply_all, plan_all, revert_all
 
-PATCHES = (runners.PATCHES + capture_input.PATCHES + trtllm_mha.PATCHES + aiter.PATCHES + backend_support.PATCHES
-           + backend_gate.PATCHES + width_by_batch.PATCHES)
-
+PATCHES = (runners.PATCHES + capture_input.PATCHES + trtllm_mha.PATCHES + aiter.PATCHES + fa3.PATCHES
+           + triton.PATCHES + backend_gate.PATCHES + widths_by_batch_size.PATCHES)
 
 
 def serving_plans(found) -> tuple:
@@ -23,7 +21,7 @@ def serving_plans(found) -> tuple:
     if reasons:
         return {}, reasons
     plans = plan_all(PATCHES, found.version)
-    return plans, [f"patch {name}: {plan.reason}" for name, plan in plans.items() if plan.verdict == "refused"]
+    return plans, [f"patch {name}: {plan.reason}" for name, plan in plans.items() if plan.verdict == Verdict.REFUSED]
 
 
-__all__ = ["PATCHES", "Plan", "apply_all", "plan_all", "revert_all", "serving_plans"]
+__all__ = ["PATCHES", "Plan", "Verdict", "apply_all", "plan_all", "revert_all", "serving_plans"]

@@ -24,10 +24,11 @@ import inspect
 
 from ..engine.algorithm import policy_of
 from ..errors import EngineError
-from ..verify_layout import CHAIN, width_of
-from .backend_support import refuse_other_width
+from ..verify_layout import CHAIN, TREE, width_of
+from .refusal import refuse_other_width
 from .source_edit import Edit
-from .unit import FunctionPatch, Target, WrapPatch
+from .support import CAPTURE, EAGLE_TREE_ONLY, Serving, Support, any_applies
+from .unit import FunctionPatch, Target, Verdict, WrapPatch
 from .verify_batch import batch_width, checking
 
 _MODULE = "sglang.srt.layers.attention.aiter_backend"
@@ -48,11 +49,11 @@ _EAGER_DERIVED = "input_ids.shape[0] // bs"  # 0.5.17, 0.5.18, 0.5.20+
 
 def _eager_condition(source):
     if _EAGER_DERIVED in source:
-        return "not needed", "derives the non-MLA verify width from input_ids (aiter.eager_check checks it)"
+        return Verdict.NOT_NEEDED, "derives the non-MLA verify width from input_ids (aiter.eager_check checks it)"
     # one read on the MLA branch (fixed ndt, see MLA_REFUSAL), one on the non-MLA branch
     if source.count("draft_num = spec_info.draft_token_num") == 2:
-        return "apply", "non-MLA TARGET_VERIFY takes its width from the batch, not spec_info.draft_token_num"
-    return "refused", "unknown TARGET_VERIFY shape (no spec_info.draft_token_num read on both branches, no derived width)"
+        return Verdict.APPLY, "non-MLA TARGET_VERIFY takes its width from the batch, not spec_info.draft_token_num"
+    return Verdict.REFUSED, "unknown TARGET_VERIFY shape (no spec_info.draft_token_num read on both branches, no derived width)"
 
 
 def _eager_wrapper(original):
@@ -84,11 +85,11 @@ EAGER_WIDTH = WrapPatch(
 
 def _eager_check_condition(source):
     if _EAGER_DERIVED in source:
-        return "apply", ("divides the batch's tokens by its requests, flooring a non-uniform batch; "
+        return Verdict.APPLY, ("divides the batch's tokens by its requests, flooring a non-uniform batch; "
                          "checks it is uniform and within the algorithm's maximum width first")
     if "draft_num = spec_info.draft_token_num" in source:
-        return "not needed", "reads the width from spec_info (aiter.eager_width runs it at the checked batch width)"
-    return "refused", "unknown TARGET_VERIFY shape (no spec_info.draft_token_num read, no derived width)"
+        return Verdict.NOT_NEEDED, "reads the width from spec_info (aiter.eager_width runs it at the checked batch width)"
+    return Verdict.REFUSED, "unknown TARGET_VERIFY shape (no spec_info.draft_token_num read, no derived width)"
 
 
 EAGER_CHECK = WrapPatch(
@@ -104,12 +105,12 @@ EAGER_CHECK = WrapPatch(
 
 def _graph_condition(source):
     if "verify_tokens_per_req" in source:
-        return "not needed", "passes the batch's verify_tokens_per_req to the graph metadata"
+        return Verdict.NOT_NEEDED, "passes the batch's verify_tokens_per_req to the graph metadata"
     if "def init_forward_metadata_capture_cuda_graph" in source:
-        return "not needed", "0.5.12.x graph capture is aiter.graph_width_capture's target"
+        return Verdict.NOT_NEEDED, "0.5.12.x graph capture is aiter.graph_width_capture's target"
     if "self._apply_cuda_graph_metadata(" in source:
-        return "apply", "non-MLA TARGET_VERIFY graph metadata uses the batch's width, not speculative_num_draft_tokens"
-    return "refused", "unknown graph-metadata shape (neither _apply_cuda_graph_metadata nor verify_tokens_per_req)"
+        return Verdict.APPLY, "non-MLA TARGET_VERIFY graph metadata uses the batch's width, not speculative_num_draft_tokens"
+    return Verdict.REFUSED, "unknown graph-metadata shape (neither _apply_cuda_graph_metadata nor verify_tokens_per_req)"
 
 
 def _run_at_width(self, width, call):
@@ -148,10 +149,10 @@ _CAPTURED = "_sglang_spec_plugins_graph_widths"
 
 def _legacy_condition(source):
     if "def init_forward_metadata_out_graph" in source:
-        return "not needed", "0.5.13+ graph metadata is aiter.graph_width's target"
+        return Verdict.NOT_NEEDED, "0.5.13+ graph metadata is aiter.graph_width's target"
     if "max_q_len = self.num_draft_tokens" in source:
-        return "apply", "non-MLA TARGET_VERIFY graph metadata uses the captured width, not speculative_num_draft_tokens"
-    return "refused", "unknown graph-metadata shape (no max_q_len = self.num_draft_tokens)"
+        return Verdict.APPLY, "non-MLA TARGET_VERIFY graph metadata uses the captured width, not speculative_num_draft_tokens"
+    return Verdict.REFUSED, "unknown graph-metadata shape (no max_q_len = self.num_draft_tokens)"
 
 
 def _capture_wrapper(original):
@@ -217,9 +218,9 @@ def causal_chain_mask(prefix_lengths, width: int, device) -> "torch.Tensor":
 
 def _chain_mask_condition(source):
     if _MASK_READ in source or "self._apply_cuda_graph_metadata(" in source:
-        return "apply", ("the default (non-unified) verify graph metadata copies the worker's custom mask; a plugin "
+        return Verdict.APPLY, ("the default (non-unified) verify graph metadata copies the worker's custom mask; a plugin "
                          "chain whose worker sends none gets the causal chain mask of its width")
-    return "refused", "unknown graph-metadata shape (no spec_info.custom_mask copy, no _apply_cuda_graph_metadata)"
+    return Verdict.REFUSED, "unknown graph-metadata shape (no spec_info.custom_mask copy, no _apply_cuda_graph_metadata)"
 
 
 _ALGORITHM = "_sglang_spec_plugins_algorithm"
@@ -239,8 +240,8 @@ RECORD_ALGORITHM = WrapPatch(
     name="aiter.algorithm",
     summary="aiter: each backend remembers its worker's speculative algorithm (the 0.5.12.x graph metadata gets none)",
     alternatives=(Target(_MODULE, "AiterAttnBackend.__init__"),),
-    condition=lambda source: (("apply", "records the model runner's spec_algorithm for aiter.chain_mask")
-                              if "model_runner" in source else ("refused", "unknown constructor shape (no model_runner)")),
+    condition=lambda source: ((Verdict.APPLY, "records the model runner's spec_algorithm for aiter.chain_mask")
+                              if "model_runner" in source else (Verdict.REFUSED, "unknown constructor shape (no model_runner)")),
     wrapper=_record_algorithm_wrapper,
 )
 
@@ -322,7 +323,7 @@ CHAIN_MASK_CAPTURE_0512 = WrapPatch(
     summary="aiter default TARGET_VERIFY graph capture (0.5.12.x): a chain without a custom mask gets the causal chain mask",
     alternatives=(Target(_MODULE, "AiterAttnBackend.init_forward_metadata_capture_cuda_graph"),
                   Target(_MODULE, "AiterAttnBackend.init_forward_metadata_out_graph")),  # 0.5.13+: aiter.chain_mask
-    condition=lambda source: (("not needed", "0.5.13+ graph metadata is aiter.chain_mask's target")
+    condition=lambda source: ((Verdict.NOT_NEEDED, "0.5.13+ graph metadata is aiter.chain_mask's target")
                               if "def init_forward_metadata_out_graph" in source else _chain_mask_condition(source)),
     wrapper=_chain_mask_wrapper_0512,
 )
@@ -349,8 +350,8 @@ SEQUSED_K = FunctionPatch(
 
 def _mla_condition(source):
     if "self.use_mla" in source and "num_draft_tokens" in source:
-        return "apply", "refuses a plugin verify width other than speculative_num_draft_tokens on MLA"
-    return "refused", "unknown constructor shape (no use_mla / num_draft_tokens)"
+        return Verdict.APPLY, "refuses a plugin verify width other than speculative_num_draft_tokens on MLA"
+    return Verdict.REFUSED, "unknown constructor shape (no use_mla / num_draft_tokens)"
 
 
 def _mla_wrapper(original):
@@ -376,3 +377,25 @@ MLA_REFUSAL = WrapPatch(
 PATCHES = (EAGER_WIDTH, EAGER_CHECK, GRAPH_WIDTH, GRAPH_CAPTURE_0512, GRAPH_REPLAY_0512, RECORD_ALGORITHM, CHAIN_MASK,
            CHAIN_MASK_CAPTURE_0512,
            SEQUSED_K, MLA_REFUSAL)
+
+
+def support(width: int, ndt: int, verify_shape: str, is_draft_worker: bool) -> Support:
+    """What a plugin verify gets from aiter on a non-MLA model (see :func:`.attention_support.attention_support`)."""
+    if width != ndt and any_applies([p for p in PATCHES if p is not MLA_REFUSAL]):
+        return Support(Serving.PATCHED, f"non-MLA width patched to the batch's (aiter); {CAPTURE}")
+    tree = verify_shape == TREE
+    return Support(Serving.PATCHED if tree else Serving.SERVED,
+                   "non-MLA: takes the width from the batch" + (f"; {CAPTURE}" if tree else ""))
+
+
+def mla_support(width: int, ndt: int, verify_shape: str, is_draft_worker: bool) -> Support:
+    """What a plugin verify gets from aiter on an MLA model."""
+    if width != ndt:
+        return Support(Serving.REFUSED, "the AITER MLA kernels take a fixed draft length (refused at start-up)")
+    if verify_shape == TREE:
+        return Support(Serving.REFUSED, EAGLE_TREE_ONLY)
+    return Support(Serving.SERVED, "SGLang's own layout at speculative_num_draft_tokens")
+
+
+SUPPORT = {"aiter": support, "aiter_mla": mla_support}
+"""``--attention-backend`` names this module answers for (``aiter_mla``: aiter on an MLA model)."""

@@ -8,7 +8,8 @@ there: ``ModelRunner._get_attention_backend_from_str`` up to 0.5.15,
 ``attention_backend_setup._build_full_attention_backend_from_str`` from
 0.5.16 (a prefill/decode pair builds through it twice, so both are gated).
 ``backends.gate`` wraps that function: for a plugin algorithm on a worker
-that runs TARGET_VERIFY it asks :func:`.backend_support.support_at_widths` (:func:`.backend_support.attention_support` at every width a step may use)
+that runs TARGET_VERIFY it asks :func:`.attention_support.support_at_widths`
+(:func:`.attention_support.attention_support` at every width a step may use)
 about the backend at the plugin's width and declared verify shape, and
 refuses with an :class:`EngineError` before the factory runs when the answer
 is ``refused`` (the half of a prefill/decode pair that does not run
@@ -27,11 +28,14 @@ import re
 from dataclasses import dataclass
 from typing import Any, Optional, Tuple
 
+from ..engine.facts import DRAFT, TARGET, configured_ndt, verify_backends
 from ..engine.probe import source_file
 from ..engine.source_text import function_in_file
 from ..errors import EngineError
-from .backend_support import REFUSED, configured_ndt, refusal, support_at_widths, verifying_policy
-from .unit import Target, WrapPatch
+from .attention_support import support_at_widths
+from .refusal import refusal, verifying_policy
+from .support import Serving
+from .unit import Target, Verdict, WrapPatch
 
 _MLA_NAMES = {"flashinfer": "flashinfer_mla", "aiter": "aiter_mla"}
 """Registry names whose factory builds another backend for an MLA model."""
@@ -73,8 +77,6 @@ def verifies_elsewhere(backend_str: str, model_runner) -> bool:
     TARGET_VERIFY to one half, by ``speculative_attention_mode``), and what
     it would lay out wrong for a verify never reaches it. False where no
     backend is named (SGLang picks one: it is judged as built)."""
-    from ..engine.startup_check import DRAFT, TARGET, verify_backends
-
     named = verify_backends(getattr(model_runner, "server_args", None))
     verifier = named.get(DRAFT if model_runner.is_draft_worker else TARGET)
     return verifier is not None and verifier != backend_str
@@ -90,7 +92,7 @@ def check(backend_str: str, model_runner) -> None:
     shape = model_runner.spec_algorithm.verify_shape
     name = classified_name(backend_str, model_runner)
     width, support = support_at_widths(name, policy, ndt, shape, is_draft)
-    if support.verdict == REFUSED:
+    if support.verdict == Serving.REFUSED:
         raise EngineError(refusal(policy, is_draft, width, ndt, name, support.reason, shape))
 
 
@@ -100,11 +102,11 @@ _PARAMETERS = re.compile(r"def \w+\(\s*(\*\s*,\s*)?(self|model_runner)\b[^)]*\bb
 
 def _condition(source: str) -> Tuple[str, str]:
     if not _PARAMETERS.match(source):
-        return "refused", "unknown shape: the function does not take (model_runner or self, backend_str, ...) first"
+        return Verdict.REFUSED, "unknown shape: the function does not take (model_runner or self, backend_str, ...) first"
     if "ATTENTION_BACKENDS[backend_str](" in source:
-        return "apply", "builds every attention backend from the registry: refuse, before the factory runs, a plugin " \
+        return Verdict.APPLY, "builds every attention backend from the registry: refuse, before the factory runs, a plugin " \
                         "algorithm the backend would not verify right"
-    return "refused", "unknown shape: the attention backend is not built from ATTENTION_BACKENDS[backend_str]"
+    return Verdict.REFUSED, "unknown shape: the attention backend is not built from ATTENTION_BACKENDS[backend_str]"
 
 
 def _wrapper(original):

@@ -30,7 +30,7 @@ from typing import Tuple
 from ..engine.algorithm import policy_of
 from ..errors import EngineError
 from ..verify_layout import CHAIN, DRAFT_VERIFIES_CHAINS_ONLY, TREE
-from .unit import Target, WrapPatch
+from .unit import Target, Verdict, WrapPatch
 
 _BUILT_IN_OF_SHAPE = {CHAIN: "DFLASH", TREE: "EAGLE"}
 """The built-in algorithm whose capture input each declared shape takes."""
@@ -44,9 +44,9 @@ def _condition(source: str) -> Tuple[str, str]:
     families = ("is_eagle()" in source and "EagleVerifyInput(" in source
                 and "DFlashVerifyInput(" in source and ("is_dflash()" in source or "is_dflash_family()" in source))
     if families:
-        return "apply", ("builds the captured verify input from the EAGLE/DFLASH/NGRAM predicates, None for a plugin "
+        return Verdict.APPLY, ("builds the captured verify input from the EAGLE/DFLASH/NGRAM predicates, None for a plugin "
                          "algorithm; builds the input of the plugin's declared verify_shape")
-    return "refused", "unknown shape: the captured verify input is not built from the EAGLE/DFLASH predicates"
+    return Verdict.REFUSED, "unknown shape: the captured verify input is not built from the EAGLE/DFLASH predicates"
 
 
 class _Seen:

@@ -20,7 +20,7 @@ request after the first gets another request's rows. ``xqa_mask`` passes the
 mask of the verified width (``verify_layout.packed_causal_mask``). Before
 0.5.21 the verify passes XQA no mask at all, and flashinfer's ``xqa`` asserts
 one for more than one token per request: :func:`unmasked_xqa_verify` says why
-``backend_support`` refuses that combination at start-up.
+:func:`support` refuses that combination at start-up.
 
 From 0.5.13 the eager path derives the width as ``tokens // requests``, which
 floors a non-uniform batch; ``eager_check`` checks the batch first
@@ -40,8 +40,9 @@ import re
 from typing import Optional, Tuple
 
 from ..errors import EngineError
-from ..verify_layout import packed_causal_mask, qo_indptr, width_of
-from .unit import Target, WrapPatch
+from ..verify_layout import TREE, packed_causal_mask, qo_indptr, width_of
+from .support import Serving, Support, any_applies
+from .unit import Target, Verdict, WrapPatch
 from .verify_batch import batch_width, checking
 
 _MODULE = "sglang.srt.layers.attention.trtllm_mha_backend"
@@ -109,10 +110,10 @@ def _target_verify_wrapper(width_for):
 def _legacy_condition(fixed_markers: Tuple[str, ...], fixed_why: str):
     def condition(source: str) -> Tuple[str, str]:
         if _HARD_CODED in source:
-            return "apply", "reads the TARGET_VERIFY width from speculative_num_draft_tokens; runs it at the batch width"
+            return Verdict.APPLY, "reads the TARGET_VERIFY width from speculative_num_draft_tokens; runs it at the batch width"
         if any(marker in source for marker in fixed_markers):
-            return "not needed", fixed_why
-        return "refused", "unknown shape: neither the hard-coded width nor a derived one"
+            return Verdict.NOT_NEEDED, fixed_why
+        return Verdict.REFUSED, "unknown shape: neither the hard-coded width nor a derived one"
 
     return condition
 
@@ -150,11 +151,11 @@ FIXED_WIDTH_EAGER = WrapPatch(
 
 def _eager_check_condition(source: str) -> Tuple[str, str]:
     if _EAGER_DERIVED in source:
-        return "apply", ("divides the batch's tokens by its requests, flooring a non-uniform batch; "
+        return Verdict.APPLY, ("divides the batch's tokens by its requests, flooring a non-uniform batch; "
                          "checks it is uniform and within the algorithm's maximum width first")
     if _HARD_CODED in source:
-        return "not needed", "reads the width from ndt (trtllm_mha.fixed_width_eager runs it at the checked batch width)"
-    return "refused", "unknown shape: neither the hard-coded width nor a derived one"
+        return Verdict.NOT_NEEDED, "reads the width from ndt (trtllm_mha.fixed_width_eager runs it at the checked batch width)"
+    return Verdict.REFUSED, "unknown shape: neither the hard-coded width nor a derived one"
 
 
 EAGER_CHECK = WrapPatch(
@@ -168,12 +169,12 @@ EAGER_CHECK = WrapPatch(
 
 def _cu_seqlens_q_condition(source: str) -> Tuple[str, str]:
     if _PRESET_Q in source and _DERIVED in source:
-        return "apply", "captures max_seq_len_q at the captured width but slices cu_seqlens_q from a stride-ndt preset"
+        return Verdict.APPLY, "captures max_seq_len_q at the captured width but slices cu_seqlens_q from a stride-ndt preset"
     if _HARD_CODED in source:
-        return "not needed", "builds cu_seqlens_q at each capture (its width: trtllm_mha.fixed_width_capture)"
+        return Verdict.NOT_NEEDED, "builds cu_seqlens_q at each capture (its width: trtllm_mha.fixed_width_capture)"
     if _DERIVED in source:
-        return "not needed", "no longer slices cu_seqlens_q from the stride-ndt preset"
-    return "refused", "unknown shape of the TARGET_VERIFY capture metadata"
+        return Verdict.NOT_NEEDED, "no longer slices cu_seqlens_q from the stride-ndt preset"
+    return Verdict.REFUSED, "unknown shape of the TARGET_VERIFY capture metadata"
 
 
 def _cu_seqlens_q_wrapper(original):
@@ -217,12 +218,12 @@ _PASSES_MASK = re.compile(r"[(,]\s*mask\s*=")  # a call given mask=...
 
 def _xqa_mask_condition(source: str) -> Tuple[str, str]:
     if _MASK_SLICE in source:
-        return "apply", ("hands XQA the causal mask built in __init__ for ndt rows per request, which the kernel "
+        return Verdict.APPLY, ("hands XQA the causal mask built in __init__ for ndt rows per request, which the kernel "
                          "reads as q_len_per_req rows per request; passes the mask of the verified width")
     if not _PASSES_MASK.search(source):  # forward_extend before _run_fixed_q_len_decode, or one without a mask
-        return "not needed", ("passes XQA no spec-decode mask (before 0.5.21); on SM90/SM120 a verify of more than "
+        return Verdict.NOT_NEEDED, ("passes XQA no spec-decode mask (before 0.5.21); on SM90/SM120 a verify of more than "
                               "one token per request is refused at start-up")
-    return "refused", "unknown shape of the XQA fixed-q-len decode call"
+    return Verdict.REFUSED, "unknown shape of the XQA fixed-q-len decode call"
 
 
 def verify_passes_xqa_mask() -> bool:
@@ -301,3 +302,28 @@ XQA_MASK = WrapPatch(
 )
 
 PATCHES = (FIXED_WIDTH_CAPTURE, FIXED_WIDTH_REPLAY, FIXED_WIDTH_EAGER, EAGER_CHECK, GRAPH_CU_SEQLENS_Q, XQA_MASK)
+
+
+def support(width: int, ndt: int, verify_shape: str, is_draft_worker: bool) -> Support:
+    """What a plugin verify gets from trtllm_mha (see :func:`.attention_support.attention_support`)."""
+    if verify_shape == TREE:
+        return Support(Serving.REFUSED, "applies a causal mask only: it cannot verify a tree")
+    unmasked = unmasked_xqa_verify(width)
+    if unmasked:
+        return Support(Serving.REFUSED, unmasked)
+    xqa = "" if width <= 1 or verify_passes_xqa_mask() else \
+        " (on this machine; on an SM90/SM120 GPU refused at start-up: this release passes XQA no spec-decode mask)"
+    if width != ndt and any_applies(PATCHES):
+        return Support(Serving.PATCHED, "per-request width patched to the batch's on eager, capture and replay "
+                                        "(trtllm_mha)" + xqa)
+    return Support(Serving.SERVED, "takes the width from the batch" + xqa)
+
+
+SUPPORT = {"trtllm_mha": support}
+"""``--attention-backend`` names this module answers for."""
+
+
+def xqa_report() -> str:
+    """For ``doctor``: whether trtllm_mha on an XQA GPU takes a verify of more than one token."""
+    return ("supported (the XQA spec-decode mask is passed)" if verify_passes_xqa_mask() else
+            "refused for widths > 1 (no XQA spec-decode mask)")

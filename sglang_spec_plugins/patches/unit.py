@@ -3,11 +3,11 @@
 A :class:`FunctionPatch` edits lines of an SGLang method (see
 :mod:`.source_edit`); a :class:`WrapPatch` wraps one. Before touching anything it *plans*: it reads the
 target function's source from the installed file (importing nothing) and
-classifies every edit against it. The plan's verdict is
+classifies every edit against it. The plan's :class:`Verdict` is
 
-* ``"apply"``: some edit is needed and every edit is either needed or fixed;
-* ``"not needed"``: every edit finds upstream already correct;
-* ``"refused"``: a target is missing or has an unknown shape; the reason
+* ``APPLY``: some edit is needed and every edit is either needed or fixed;
+* ``NOT_NEEDED``: every edit finds upstream already correct;
+* ``REFUSED``: a target is missing or has an unknown shape; the reason
   names the target and the SGLang release.
 
 :func:`apply_all` applies a list of patches all-or-nothing: if one raises,
@@ -18,12 +18,25 @@ no-op; revert restores the original functions and removes injected names.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..engine.probe import method_source, resolve_method
 from ..errors import EngineError
 from . import on_import
 from .source_edit import Edit, rebuild
+
+
+class Verdict(str, Enum):
+    """What a patch plan says to do on the installed release (compares equal
+    to, and prints as, its value)."""
+
+    APPLY = "apply"
+    NOT_NEEDED = "not needed"
+    REFUSED = "refused"
+
+    def __str__(self) -> str:
+        return self.value
 
 
 @dataclass(frozen=True)
@@ -47,7 +60,7 @@ class Target:
 
 @dataclass(frozen=True)
 class Plan:
-    verdict: str  # "apply" | "not needed" | "refused"
+    verdict: Verdict
     reason: str
     steps: Tuple[Tuple[Target, Tuple[Edit, ...]], ...] = ()
 
@@ -78,7 +91,7 @@ class MethodPatch:
         found = next(((t, src) for t in self.alternatives for src in [t.source()] if src is not None), None)
         if found is None:
             where = " or ".join(map(str, self.alternatives))
-            return Plan("refused", f"SGLang {release}: {where} not found")
+            return Plan(Verdict.REFUSED, f"SGLang {release}: {where} not found")
         return self.assess(found[0], found[1], release)
 
     def assess(self, target: Target, source: str, release: Optional[str]) -> Plan:
@@ -96,9 +109,9 @@ class MethodPatch:
         first import (see :mod:`.on_import`), so applying imports nothing.
         """
         plan = plan or self.plan(release)
-        if self.applied or plan.verdict == "not needed":
+        if self.applied or plan.verdict == Verdict.NOT_NEEDED:
             return plan
-        if plan.verdict == "refused":
+        if plan.verdict == Verdict.REFUSED:
             raise EngineError(f"patch {self.name}: {plan.reason}")
         try:
             self._install(plan, release)
@@ -148,11 +161,11 @@ class FunctionPatch(MethodPatch):
         states = {edit: edit.classify(source) for edit in self.edits}
         unknown = [e for e, s in states.items() if s == "unknown"]
         if unknown:
-            return Plan("refused", f"SGLang {release}: {target} has an unknown shape (neither {unknown[0].old!r} nor the fixed form)")
+            return Plan(Verdict.REFUSED, f"SGLang {release}: {target} has an unknown shape (neither {unknown[0].old!r} nor the fixed form)")
         needed = tuple(e for e, s in states.items() if s == "broken")
         if not needed:
-            return Plan("not needed", f"{target}: upstream already {'; '.join(e.why for e in self.edits)}")
-        return Plan("apply", f"{target}: " + "; ".join(e.why for e in needed), ((target, needed),))
+            return Plan(Verdict.NOT_NEEDED, f"{target}: upstream already {'; '.join(e.why for e in self.edits)}")
+        return Plan(Verdict.APPLY, f"{target}: " + "; ".join(e.why for e in needed), ((target, needed),))
 
     def replacement(self, func: Any, owner: type, payload: Any) -> Any:
         return rebuild(func, owner, payload)
@@ -162,8 +175,8 @@ class FunctionPatch(MethodPatch):
 class WrapPatch(MethodPatch):
     """Wraps one SGLang method, e.g. to check a configuration at start-up.
 
-    ``condition(source) -> (verdict, reason)`` decides from the method's source
-    ("apply", "not needed" or "refused"); ``wrapper(original) -> function``
+    ``condition(source) -> (Verdict, reason)`` decides from the method's
+    source; ``wrapper(original) -> function``
     builds the replacement (use functools.wraps).
     """
 
@@ -172,8 +185,9 @@ class WrapPatch(MethodPatch):
 
     def assess(self, target: Target, source: str, release: Optional[str]) -> Plan:
         verdict, reason = self.condition(source)
-        where = f"SGLang {release}: {target}" if verdict == "refused" else str(target)
-        return Plan(verdict, f"{where}: {reason}", ((target, None),) if verdict == "apply" else ())
+        verdict = Verdict(verdict)
+        where = f"SGLang {release}: {target}" if verdict == Verdict.REFUSED else str(target)
+        return Plan(verdict, f"{where}: {reason}", ((target, None),) if verdict == Verdict.APPLY else ())
 
     def replacement(self, func: Any, owner: type, payload: Any) -> Any:
         return self.wrapper(func)
@@ -193,7 +207,7 @@ def apply_all(patches: Sequence[MethodPatch], release: Optional[str],
     failure while applying reverts the patches applied by this call.
     """
     plans = plans if plans is not None else plan_all(patches, release)
-    refused = [f"patch {name}: {plan.reason}" for name, plan in plans.items() if plan.verdict == "refused"]
+    refused = [f"patch {name}: {plan.reason}" for name, plan in plans.items() if plan.verdict == Verdict.REFUSED]
     if refused:
         raise EngineError("; ".join(refused))
     done: List[MethodPatch] = []

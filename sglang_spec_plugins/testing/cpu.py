@@ -50,7 +50,7 @@ def reset_plugin_state() -> None:
     plugins._plugins_loaded = False
     from sglang_spec_plugins import loader
     from sglang_spec_plugins.engine.algorithm import _PolicyMethods
-    from sglang_spec_plugins.engine.registration import unregister
+    from sglang_spec_plugins.serving.registration import unregister
 
     registry = importlib.import_module("sglang.srt.speculative.spec_registry")
     unregister([n for n, algo in registry._REGISTRY.items() if isinstance(algo, _PolicyMethods)])

@@ -10,7 +10,7 @@ width other than ndt gets.
 Two steps, two machines:
 
 ``record`` (any machine, the SGLang release under test on PYTHONPATH): build
-the real TRTLLMHAAttnBackend through tests/on_sglang/trtllm_harness.py with
+the real TRTLLMHAAttnBackend through sglang_spec_plugins/testing/trtllm.py with
 the platform reporting SM90, lay out TARGET_VERIFY batches at several widths,
 run the backend's own ``init_forward_metadata`` and ``forward_extend``, and
 record the keyword arguments it passes to
@@ -42,8 +42,8 @@ def record(out: Path) -> None:
     import pytest
     import torch
 
-    import trtllm_harness as h
-    from sglang_cpu import install_stand_ins
+    from sglang_spec_plugins.testing import trtllm as h
+    from sglang_spec_plugins.testing.cpu import install_stand_ins
     from sglang_spec_plugins.engine.probe import installed_version
     from sglang_spec_plugins.patches import PATCHES
     from sglang_spec_plugins.patches.unit import apply_all, revert_all
@@ -96,7 +96,7 @@ def reference(q, k_pages, v_pages, slots, width, scale):
     and new tokens 0..t, read at its KV slots (``slot // page``, ``slot % page``
     in HND pages)."""
     import torch
-    from attention_reference import attend
+    from sglang_spec_plugins.testing.attention_reference import attend
 
     out = torch.empty_like(q)
     page = k_pages.shape[2]

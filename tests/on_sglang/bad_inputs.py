@@ -131,7 +131,7 @@ def starting(forward: str, returns: str = "Worker", width: Optional[str] = None,
             {validator or "pass"}
 
         def _factory(server_args):
-            from sglang_spec_plugins.engine.worker_contract import worker_base
+            from sglang_spec_plugins.worker import worker_base
 
             class Worker(worker_base()):
                 def {forward}:
@@ -327,7 +327,7 @@ CASES = [
     # --- found when SGLang resolves its server arguments, before any weights load (and by check) ---
     Case("worker forward lacks **kwargs", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: .*Worker.forward_batch_generation\(self, batch\) cannot take what SGLang [0-9.post]+ passes, \(batch, .*\): got an unexpected keyword argument", WIDTH,
          {"bad": starting("forward_batch_generation(self, batch)")}, start=FLAGS, since="0.5.13"),
-    Case("worker lacks members", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: .*Worker lacks .*which SGLang [0-9.post]+ uses on every speculative worker; build on sglang_spec_plugins.engine.worker_contract.worker_base\(\)", WIDTH,
+    Case("worker lacks members", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: .*Worker lacks .*which SGLang [0-9.post]+ uses on every speculative worker; build on sglang_spec_plugins.worker.worker_base\(\)", WIDTH,
          {"bad": offers()}, start=FLAGS),
     Case("factory returns an instance", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: the worker factory returned <object object at 0x[0-9a-f]+>, not a class; SGLang [0-9.post]+ instantiates what it returns", WIDTH,
          {"bad": starting("forward_batch_generation(self, batch, **kwargs)", "object()")}, start=FLAGS),
@@ -349,9 +349,9 @@ CASES = [
     Case("widths by batch with DP attention", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: \[algorithms.BAD\] widths_by_batch_size in {cfg} gives widths by batch size \{1 = 4, 8 = 2\}, which are not served with --enable-dp-attention \(SGLang pads every DP rank's decode batch to the largest rank's\)",
          WIDTH + "[algorithms.BAD]\nwidths_by_batch_size = {1 = 4, 8 = 2}\n", {"bad": starting("forward_batch_generation(self, batch, **kwargs)")},
          start=dict(FLAGS, **DP_ATTENTION)),
-    Case("widths hook with DP attention", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: sgl_spec_verify_widths\(num_draft_tokens=4, is_draft_worker=False\) gives widths by batch size \{1 = 4, 16 = 2\}, which are not served with --enable-dp-attention",
+    Case("widths hook with DP attention", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: sgl_spec_widths_by_batch_size\(num_draft_tokens=4, is_draft_worker=False\) gives widths by batch size \{1 = 4, 16 = 2\}, which are not served with --enable-dp-attention",
          WIDTH, {"bad": with_hook(starting("forward_batch_generation(self, batch, **kwargs)"),
-                                  "@hookimpl\ndef sgl_spec_verify_widths(algorithm):\n    return {1: 4, 16: 2} if algorithm == 'BAD' else None\n")},
+                                  "@hookimpl\ndef sgl_spec_widths_by_batch_size(algorithm):\n    return {1: 4, 16: 2} if algorithm == 'BAD' else None\n")},
          start=dict(FLAGS, **DP_ATTENTION)),
     # --- widths, checked when SGLang asks at a num_draft_tokens ---
     Case("width zero", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: sgl_spec_verify_width\(num_draft_tokens=16, is_draft_worker=False\) returned 0; it must be an int from 1 to the maximum width 16",
@@ -396,11 +396,11 @@ CASES = [
          None, {"bad": simple_plugin("BAD", width="2")}, ndt=8, setup=agreement_of({"width.BAD.8.target.json": {"width": 4, "process": LAUNCHER}})),
     Case("widths by batch above max", r"\[algorithms.BAD\] widths_by_batch_size = \{1 = 16, 8 = 8\} in {cfg}: width 16 is above the maximum width 8 at speculative_num_draft_tokens=8",
          WIDTH + "[algorithms.BAD]\nwidths_by_batch_size = {1 = 16, 8 = 8}\n", {"bad": simple_plugin("BAD")}, ndt=8),
-    Case("widths hook above max", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: sgl_spec_verify_widths\(num_draft_tokens=8, is_draft_worker=False\) returned \{1 = 16, 8 = 4\}; width 16 is above the maximum width 8",
+    Case("widths hook above max", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: sgl_spec_widths_by_batch_size\(num_draft_tokens=8, is_draft_worker=False\) returned \{1 = 16, 8 = 4\}; width 16 is above the maximum width 8",
          WIDTH, {"bad": simple_plugin("BAD", widths="{1: 16, 8: 4}")}, ndt=8),
-    Case("widths hook not a mapping", r"sgl_spec_verify_widths\(num_draft_tokens=8, is_draft_worker=False\) returned 8, not widths by batch size: expected a non-empty mapping",
+    Case("widths hook not a mapping", r"sgl_spec_widths_by_batch_size\(num_draft_tokens=8, is_draft_worker=False\) returned 8, not widths by batch size: expected a non-empty mapping",
          WIDTH, {"bad": simple_plugin("BAD", widths="8")}, ndt=8),
-    Case("widths hook changes", r"sgl_spec_verify_widths\(num_draft_tokens=8, is_draft_worker=False\) answered \{1 = \d+\}, then \{1 = \d+\} for the same arguments; answers must be pure",
+    Case("widths hook changes", r"sgl_spec_widths_by_batch_size\(num_draft_tokens=8, is_draft_worker=False\) answered \{1 = \d+\}, then \{1 = \d+\} for the same arguments; answers must be pure",
          WIDTH + "[algorithms.BAD]\nmax_tokens_per_req = 1024\n", {"bad": simple_plugin("BAD", widths="{1: __import__('itertools').count(1).__next__() + __import__('random').randrange(10**5)}")}, ndt=8),
     Case("width hook raises", r"sgl_spec_verify_width\(num_draft_tokens=8, is_draft_worker=False\) raised ZeroDivisionError", WIDTH,
          {"bad": simple_plugin("BAD", width="num_draft_tokens // 0")}, ndt=8),

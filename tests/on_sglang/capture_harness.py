@@ -5,7 +5,7 @@ The graph runner is the release's own (``runner_drive.graph_runner``: its
 ``__init__`` run through its speculative block), and its real
 ``get_spec_info`` builds the captured verify input; the backend is the real
 flashinfer, triton or trtllm_mha backend, built on the model runner of
-``trtllm_harness``. Stand-ins, each for what only CUDA provides:
+``sglang_spec_plugins.testing.trtllm``. Stand-ins, each for what only CUDA provides:
 
 * flashinfer's paged prefill wrapper (:class:`PagedPrefill`): the CUDA-only
   class SGLang's flashinfer backend plans and runs. It keeps flashinfer's
@@ -35,8 +35,8 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 import runner_drive
-import trtllm_harness as h
-from attention_reference import attend
+from sglang_spec_plugins.testing import trtllm as h
+from sglang_spec_plugins.testing.attention_reference import attend
 from sglang_spec_plugins.engine.probe import probe
 
 BACKENDS = {
@@ -321,7 +321,7 @@ def forward(attn, fb, batch):
 
 
 def forward_batch(batch, attn, spec_info, algorithm):
-    """``trtllm_harness.forward_batch`` for ``algorithm`` with ``spec_info``,
+    """``testing.trtllm.forward_batch`` for ``algorithm`` with ``spec_info``,
     carrying the pool 0.5.12's flashinfer forward reads from the batch."""
     fb = h.forward_batch(batch, attn)
     fb.spec_info, fb.spec_algorithm = spec_info, algorithm

@@ -22,7 +22,7 @@ ALGORITHM, NDT = "SKEW", 8
 
 
 def start(rank):
-    from sglang_cpu import install_stand_ins
+    from sglang_spec_plugins.testing.cpu import install_stand_ins
 
     install_stand_ins()
     import sglang.srt.plugins as plugins

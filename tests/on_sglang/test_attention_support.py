@@ -12,7 +12,7 @@ import pytest
 from packaging.version import Version
 
 from sglang_spec_plugins.engine.probe import installed_version
-from sglang_spec_plugins.patches.backend_support import KNOWN_BACKENDS, attention_support
+from sglang_spec_plugins.patches.attention_support import KNOWN_BACKENDS, attention_support
 
 NDT = 4
 RELEASE = Version(installed_version())

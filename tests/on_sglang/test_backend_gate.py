@@ -19,7 +19,8 @@ import runner_drive
 from sglang_spec_plugins.engine.probe import installed_version
 from sglang_spec_plugins.errors import EngineError
 from sglang_spec_plugins.patches.backend_gate import GATE, classified_name
-from sglang_spec_plugins.patches.backend_support import REFUSED, attention_support
+from sglang_spec_plugins.patches.attention_support import attention_support
+from sglang_spec_plugins.patches.support import Serving
 from sglang_spec_plugins.patches.unit import revert_all
 from test_capture_input import plugin  # noqa: F401  (the fixture)
 
@@ -96,7 +97,7 @@ def test_the_gate_enforces_the_classification_on_every_registered_backend(load, 
     for name in registry_names():
         for shape in ("chain", "tree"):
             algorithm = f"CAP_{shape.upper()}"
-            if attention_support(name, width, NDT, shape).verdict == REFUSED:
+            if attention_support(name, width, NDT, shape).verdict == Serving.REFUSED:
                 with pytest.raises(EngineError, match=refusal_pattern(algorithm, width, "target", name, shape)):
                     builds(name, algorithm)
                 refused.add((name, shape))
@@ -111,7 +112,7 @@ def test_the_gate_enforces_the_classification_on_every_registered_backend(load, 
 def test_without_the_gate_the_refused_backends_are_built(load, builds):
     """The patch test: with ``backends.gate`` reverted, what it refuses is built."""
     load(6)
-    assert attention_support(FUTURE, 6, NDT, "chain").verdict == REFUSED
+    assert attention_support(FUTURE, 6, NDT, "chain").verdict == Serving.REFUSED
     revert_all([GATE])
     assert builds(FUTURE, "CAP_CHAIN") and builds("trtllm_mha", "CAP_TREE")
 
@@ -153,7 +154,7 @@ def test_only_the_half_of_a_pair_that_verifies_is_judged(load, builds, mode, jud
     sends TARGET_VERIFY to the prefill half unless ``--speculative-attention-mode decode``; the decode half
     is built, unjudged, where it only decodes (before: refused after the weights had loaded)."""
     load(6)
-    assert attention_support(FUTURE, 6, NDT, "chain").verdict == REFUSED
+    assert attention_support(FUTURE, 6, NDT, "chain").verdict == Serving.REFUSED
     pair = dict(prefill_attention_backend="flashinfer", decode_attention_backend=FUTURE, speculative_attention_mode=mode)
     if judged:
         with pytest.raises(EngineError, match=refusal_pattern("CAP_CHAIN", 6, "target", FUTURE, "chain")):

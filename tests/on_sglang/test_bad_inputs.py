@@ -15,7 +15,7 @@ from importlib import metadata
 from packaging.version import Version
 
 from bad_inputs import BAD, CASES, SKIPPING, Case, check_flags, expected, offers, plugin, prepare, resolve_server_args, with_hook
-from sglang_cpu import reset_plugin_state, run_sglang_plugin_loading
+from sglang_spec_plugins.testing.cpu import reset_plugin_state, run_sglang_plugin_loading
 from sglang_spec_plugins import cli
 from patch_state import assert_untouched, importable_targets, plugin_algorithms
 from sglang_spec_plugins.errors import SpecPluginError, StartupRefused
@@ -114,7 +114,7 @@ def test_in_a_fresh_sglang_process(case, site, tmp_path):
     env.update(prepare(case, tmp_path, site))
     env["PYTHONPATH"] = os.pathsep.join([str(site.path), str(ROOT / "tests")] + sys.path)
     code = (
-        "from sglang_cpu import install_stand_ins; install_stand_ins()\n"
+        "from sglang_spec_plugins.testing.cpu import install_stand_ins; install_stand_ins()\n"
         "import sglang.srt.plugins as p\n"
         "from sglang.srt.speculative import spec_registry\n"
         "try:\n    p.load_plugins()\n"

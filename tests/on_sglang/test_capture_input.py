@@ -14,10 +14,10 @@ import pytest
 import torch
 
 import capture_harness as ch
-import trtllm_harness as h
+from sglang_spec_plugins.testing import trtllm as h
 from sglang_spec_plugins.engine.probe import installed_version
 from sglang_spec_plugins.errors import EngineError
-from sglang_spec_plugins.patches import backend_support, capture_input
+from sglang_spec_plugins.patches import capture_input, triton
 from sglang_spec_plugins.patches.unit import revert_all
 
 NDT, MAX_WIDTH, BS = 4, 8, 3
@@ -118,7 +118,7 @@ def test_flashinfer_capture_fails_without_the_patch(monkeypatch, plugin, shape):
 def triton_takes_the_hook() -> bool:
     """0.5.17+: triton lays TARGET_VERIFY out at the verify input's (0.5.17-0.5.20) or the algorithm's width
     (below, refused unless = ndt)."""
-    return backend_support.TRITON.plan(RELEASE).verdict == "not needed"
+    return triton.TRITON.plan(RELEASE).verdict == "not needed"
 
 
 @pytest.mark.parametrize("shape", ["chain", "tree"])
@@ -126,7 +126,7 @@ def triton_takes_the_hook() -> bool:
 def test_triton_captures_and_replays_a_plugin_algorithm(monkeypatch, plugin, shape, width):
     algorithm = plugin(shape, width)
     if width != NDT and not triton_takes_the_hook():
-        with pytest.raises(EngineError, match="triton"):  # refused when the backend is built (backend_support)
+        with pytest.raises(EngineError, match="triton"):  # refused when the backend is built (patches.triton)
             capture_then_replay(monkeypatch, algorithm, "triton", shape, width, seed=width)
         return
     out, ref = capture_then_replay(monkeypatch, algorithm, "triton", shape, width, seed=width)

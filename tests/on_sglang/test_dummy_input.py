@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import capture_harness as ch
-import trtllm_harness as h
+from sglang_spec_plugins.testing import trtllm as h
 from sglang_spec_plugins.patches.runners import DUMMY_RUN
 from sglang_spec_plugins.patches.unit import revert_all
 from test_capture_input import BS, NDT, plugin  # noqa: F401  (the fixture)

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from sglang_spec_plugins.engine.worker_contract import ModelFreeDraftWorker, check_worker, contract, worker_base
+from sglang_spec_plugins.worker import ModelFreeDraftWorker, check_worker, contract, worker_base
 
 NONE_DEFAULTS = ("graph_memory_usage", "graph_time_usage", "weight_load_time", "preloaded_weights_bytes",
                  "primary_draft_kv_pool")

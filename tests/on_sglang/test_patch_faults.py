@@ -15,7 +15,7 @@ class Injected(RuntimeError):
 def installs(monkeypatch, fail_at=None):
     """Count target installs through ``MethodPatch.apply``; raise at the ``fail_at``-th."""
     count = []
-    real = {cls: vars(cls)["replacement"] for cls in {type(p) for p in PATCHES}}
+    real = {cls: getattr(cls, "replacement") for cls in {type(p) for p in PATCHES}}
 
     def counting(self, func, owner, payload):
         count.append(f"{self.name}: {owner.__name__}.{func.__name__}")

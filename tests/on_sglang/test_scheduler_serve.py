@@ -24,7 +24,7 @@ import sys
 import pytest
 
 from sglang_spec_plugins.engine.worker_contract import contract
-from sglang_spec_plugins.verify_widths import WidthBuckets
+from sglang_spec_plugins.widths_by_batch_size import WidthsByBatchSize
 
 NDT = 4
 NEW_TOKENS = 16
@@ -106,7 +106,7 @@ def test_widths_by_batch_size_follow_the_batch_and_stay_token_identical(plain, t
     steps = result["verify_steps"]
     # every verify forward of the run was recorded: SGLang counts one per request per step
     assert sum(size for size, _ in steps) == sum(r["spec_verify_ct"] for r in result["requests"].values()), steps
-    buckets = WidthBuckets.parse({1: 4, 2: 3, 3: 2})
+    buckets = WidthsByBatchSize.parse({1: 4, 2: 3, 3: 2})
     assert all(width == buckets.at(size) for size, width in steps), steps  # eager: each step at its batch's bucket
     sizes = [size for size, _ in steps]
     assert any(b > a for a, b in zip(sizes, sizes[1:])) and any(b < a for a, b in zip(sizes, sizes[1:])), steps

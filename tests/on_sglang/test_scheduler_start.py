@@ -29,7 +29,7 @@ import pytest
 from sglang_spec_plugins.engine.worker_contract import check_worker, contract
 
 WORKERS = '''
-from sglang_spec_plugins.engine.worker_contract import worker_base
+from sglang_spec_plugins.worker import worker_base
 
 
 class Fits(worker_base()):

@@ -1,5 +1,5 @@
 """trtllm_mha TARGET_VERIFY metadata at a width other than
-speculative_num_draft_tokens (ndt), on the real backend (trtllm_harness)."""
+speculative_num_draft_tokens (ndt), on the real backend (sglang_spec_plugins.testing.trtllm)."""
 
 import os
 
@@ -43,8 +43,9 @@ def summary(m, bs):
 
 
 def expected(prefixes, width):
+    """From the batch definition: every request's queries are its ``width`` new tokens, its keys its prefix and them."""
     return dict(cu_seqlens_q=verify_layout.qo_indptr(len(prefixes), width),
-                kv_lengths=verify_layout.kv_lengths(prefixes, width), max_seq_len_q=verify_layout.max_seq_len_q(width))
+                kv_lengths=[int(p) + width for p in prefixes], max_seq_len_q=width)
 
 
 def run_phases(attn, prefixes, width, gen, replay_prefixes=None):
@@ -75,7 +76,7 @@ def test_finding_unpatched_metadata_at_width_below_ndt(monkeypatch):
     if h.legacy():  # every phase reads the width from ndt
         for phase in PHASES:
             assert got[phase]["max_seq_len_q"] == NDT
-            assert got[phase]["kv_lengths"] == verify_layout.kv_lengths(prefixes, NDT) != right["kv_lengths"]
+            assert got[phase]["kv_lengths"] == [int(p) + NDT for p in prefixes] != right["kv_lengths"]
             assert got[phase]["cu_seqlens_q"] == verify_layout.qo_indptr(3, NDT) != right["cu_seqlens_q"]
     else:  # eager is right; graphs get the width right except cu_seqlens_q (stride ndt)
         assert got["eager"] == {**right, "max_seq_len_k": got["eager"]["max_seq_len_k"]}
@@ -134,7 +135,7 @@ def test_oracle_patched(monkeypatch, patched, page_size, seed):
     for phase, (batch, got, ok) in results.items():
         assert ok, (phase, bs, width, got)
         if got["max_seq_len_k"] is not None:
-            assert got["max_seq_len_k"] == verify_layout.max_seq_len_k(batch.prefixes, width)
+            assert got["max_seq_len_k"] == max(batch.prefixes) + width
 
 
 # The phase each layout patch fixes: with the patch off (the others on), that
@@ -305,7 +306,8 @@ def test_xqa_verify_refused_exactly_where_forward_extend_passes_no_mask(monkeypa
     trtllm-gen) nothing is refused."""
     from sglang.srt.utils import common
 
-    from sglang_spec_plugins.patches.backend_support import REFUSED, attention_support
+    from sglang_spec_plugins.patches.attention_support import attention_support
+    from sglang_spec_plugins.patches.support import Serving
 
     algorithm = sbd(NDT)
     masks = []
@@ -321,7 +323,7 @@ def test_xqa_verify_refused_exactly_where_forward_extend_passes_no_mask(monkeypa
         assert attn.is_xqa_impl == sm90
     if sm90:
         monkeypatch.setattr(common, "is_sm90_supported", lambda: True)
-    refused = [w for w in (1, 2, NDT, 6) if attention_support("trtllm_mha", w, NDT).verdict == REFUSED]
+    refused = [w for w in (1, 2, NDT, 6) if attention_support("trtllm_mha", w, NDT).verdict == Serving.REFUSED]
     assert len(masks) == 1
     if not sm90:  # served here; the reason says what an XQA GPU would meet
         assert masks == [None] and refused == []

@@ -13,8 +13,8 @@ from sglang_spec_plugins.engine.worker_contract import (
     check_worker,
     contract,
     overlap_flag_needed,
-    worker_base,
 )
+from sglang_spec_plugins.worker import worker_base
 
 RELEASE = probe().version
 OLD_KWARGS = ("server_args", "gpu_id", "tp_rank", "moe_ep_rank", "nccl_port", "target_worker", "dp_rank",
@@ -150,7 +150,7 @@ def _readme_row(release):
 
 def test_the_readme_draft_worker_table_matches_the_release():
     found = contract()
-    members = {path.split(".", 1)[1] for path in found.draft_worker_members}
+    members = {read.path.split(".", 1)[1] for read in found.required_reads if read.path.startswith("draft_worker.")}
     unchecked = {read.path.split(".", 1)[1] for read in found.worker_reads
                  if not read.optional and read.path.startswith("draft_worker.") and "draft_worker" not in read.checked}
     assert _readme_row(RELEASE) == (members, unchecked)

@@ -14,7 +14,7 @@ import pytest
 
 from dists import PLUGIN_HEADER, make_dist
 from sglang_spec_plugins.engine.probe import probe
-from sglang_spec_plugins.engine.worker_contract import check_worker, contract, worker_base
+from sglang_spec_plugins.worker import check_worker, contract, worker_base
 
 RELEASE = probe().version
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,7 +41,7 @@ from types import SimpleNamespace
 
 
 def factory(server_args):
-    from sglang_spec_plugins.engine.worker_contract import worker_base
+    from sglang_spec_plugins.worker import worker_base
 
     class Worker(worker_base()):
         draft_worker = SimpleNamespace()  # a draft-worker view that answers nothing
@@ -89,7 +89,7 @@ def test_a_none_draft_worker_is_named_where_sglang_reads_under_it():
         path, where = expected.split()
         assert problems == [
             f"{cls.__name__}.draft_worker is None, but SGLang {RELEASE} reads {path} off every speculative worker "
-            f"but NGRAM {where}; build on sglang_spec_plugins.engine.worker_contract.worker_base(), whose "
+            f"but NGRAM {where}; build on sglang_spec_plugins.worker.worker_base(), whose "
             "draft_worker answers it for a worker without a draft model"]
 
 

@@ -1,7 +1,7 @@
 """The block drafter's worker SGLang instantiates (this module imports SGLang);
 see ``sbd_drafter.worker``."""
 
-from sglang_spec_plugins.engine.worker_contract import worker_base
+from sglang_spec_plugins.worker import worker_base
 
 
 class DFlashBlockWorker(worker_base()):

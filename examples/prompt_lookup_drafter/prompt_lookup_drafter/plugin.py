@@ -55,7 +55,7 @@ def _validate(server_args):
     """Refuse, while SGLang resolves its arguments (before any weight loads), a
     release whose scheduler does not drive plugin workers on the V2 schema. The
     release is read off its installed source: nothing is imported."""
-    from sglang_spec_plugins.engine.worker_contract import contract
+    from sglang_spec_plugins.worker import contract
 
     found = contract()
     if found.release is not None and found.non_overlap_schema != "v2-sync":

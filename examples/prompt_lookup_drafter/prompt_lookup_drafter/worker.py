@@ -36,8 +36,7 @@ from sglang.srt.speculative.dflash_info import DFlashVerifyInput
 from sglang.srt.speculative.ngram_info import NgramVerifyInput
 import torch
 
-from sglang_spec_plugins.engine.algorithm import StepWidths, policy_for
-from sglang_spec_plugins.engine.worker_contract import worker_base
+from sglang_spec_plugins.worker import StepWidths, policy_for, worker_base
 
 from .chain import accept_greedy, cache_locations, carried_rows, verify_positions
 from .lookup import propose

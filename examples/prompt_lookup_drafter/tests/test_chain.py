@@ -6,7 +6,7 @@ torch = pytest.importorskip("torch")
 
 from prompt_lookup_drafter.chain import accept_greedy, cache_locations, carried_rows, verify_positions  # noqa: E402
 from prompt_lookup_drafter.lookup import propose  # noqa: E402
-from sglang_spec_plugins.verify_widths import WidthBuckets, WidthSchedule  # noqa: E402
+from sglang_spec_plugins.worker import WidthsByBatchSize, WidthSchedule  # noqa: E402
 
 
 def test_accepted_drafts_are_the_matching_prefix_plus_the_bonus():
@@ -67,7 +67,7 @@ def test_a_batch_whose_width_follows_its_size_decodes_as_plain_greedy():
     requests arrive late and finish early, so the batch grows and shrinks across
     bucket boundaries; every request of a step verifies the step's width, and what
     it commits is read back through rows carried at the largest width's stride."""
-    schedule = WidthSchedule(WidthBuckets.parse({1: 5, 2: 3, 3: 2}))
+    schedule = WidthSchedule(WidthsByBatchSize.parse({1: 5, 2: 3, 3: 2}))
     stride = schedule.buckets.maximum
     requests = {"a": ([3, 1, 4, 1, 5, 9, 2, 6], 50, 0), "b": ([2, 7, 1, 8, 2, 8], 30, 0), "c": ([1, 6, 1, 8], 20, 4)}
     tokens = {rid: list(prompt) for rid, (prompt, _, _) in requests.items()}

@@ -1,10 +1,10 @@
 """The SBD worker SGLang instantiates (this module imports SGLang).
 
-Built on :func:`sglang_spec_plugins.engine.worker_contract.worker_base`, SGLang's
+Built on :func:`sglang_spec_plugins.worker.worker_base`, SGLang's
 own spec-worker base with a constructor that fits every release 0.5.12-0.5.23.
 """
 
-from sglang_spec_plugins.engine.worker_contract import worker_base
+from sglang_spec_plugins.worker import worker_base
 
 
 class SBDWorker(worker_base()):

@@ -1,18 +1,18 @@
-"""verify_widths: bucket lookup, graph sizes and the hysteresis schedule (pure, no SGLang)."""
+"""widths_by_batch_size: bucket lookup, graph sizes and the hysteresis schedule (pure, no SGLang)."""
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sglang_spec_plugins.verify_widths import (
-    WidthBuckets,
-    WidthBucketsError,
+from sglang_spec_plugins.widths_by_batch_size import (
+    WidthsByBatchSize,
+    WidthsByBatchSizeError,
     WidthSchedule,
     graph_size,
     padded_size,
 )
 
-B = WidthBuckets.parse({1: 16, 8: 8, 64: 4})
+B = WidthsByBatchSize.parse({1: 16, 8: 8, 64: 4})
 CAPTURED = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128)
 
 
@@ -23,7 +23,7 @@ def test_lookup():
 
 
 def test_toml_keys_are_strings():
-    assert WidthBuckets.parse({"64": 4, "1": 16, "8": 8}) == B
+    assert WidthsByBatchSize.parse({"64": 4, "1": 16, "8": 8}) == B
 
 
 @pytest.mark.parametrize("value, message", [
@@ -40,8 +40,8 @@ def test_toml_keys_are_strings():
     ({"1": True}, "width for batch size 1 must be a positive integer, got True"),
 ])
 def test_bad_buckets(value, message):
-    with pytest.raises(WidthBucketsError, match=message):
-        WidthBuckets.parse(value)
+    with pytest.raises(WidthsByBatchSizeError, match=message):
+        WidthsByBatchSize.parse(value)
 
 
 def test_padding_follows_sglang():
@@ -94,7 +94,7 @@ def test_a_dip_shorter_than_the_hold_never_switches():
 
 
 def test_holding_needs_a_graph_of_the_held_width():
-    s = WidthSchedule(WidthBuckets.parse({1: 16, 8: 8, 200: 4}), CAPTURED, hold_steps=5)
+    s = WidthSchedule(WidthsByBatchSize.parse({1: 16, 8: 8, 200: 4}), CAPTURED, hold_steps=5)
     assert s.width(250) == 4  # above every graph: eager, bucket 200
     assert s.width(100) == 8  # no captured graph has width 4: switch at once
 
@@ -113,7 +113,7 @@ def test_every_scheduled_width_has_a_graph(sizes, hold):
 
 
 def test_bad_schedule_arguments():
-    with pytest.raises(WidthBucketsError, match="hold_steps must be a non-negative integer, got -1"):
+    with pytest.raises(WidthsByBatchSizeError, match="hold_steps must be a non-negative integer, got -1"):
         WidthSchedule(B, hold_steps=-1)
     with pytest.raises(ValueError, match="batch size must be >= 1"):
         WidthSchedule(B).width(0)

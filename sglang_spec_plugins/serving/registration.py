@@ -14,9 +14,9 @@ from ..errors import EngineError
 from ..plugins import OfferedAlgorithm
 from ..policy import VerifyPolicy
 from ..capabilities import CAPABILITIES
-from .algorithm import _PolicyMethods, spec_class_for, unasked_capabilities
+from ..engine.algorithm import _PolicyMethods, spec_class_for, unasked_capabilities
+from ..engine.probe import EngineProbe
 from . import startup_check
-from .probe import EngineProbe
 
 logger = logging.getLogger("sglang_spec_plugins")
 

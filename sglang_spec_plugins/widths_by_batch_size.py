@@ -31,13 +31,15 @@ import bisect
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple
 
+from .errors import is_plain_int
 
-class WidthBucketsError(ValueError):
+
+class WidthsByBatchSizeError(ValueError):
     """Buckets that are not a mapping of batch sizes from 1 up to widths >= 1."""
 
 
 @dataclass(frozen=True)
-class WidthBuckets:
+class WidthsByBatchSize:
     """Widths by batch size: ``bounds[i]`` is the smallest batch size of
     bucket ``i`` (ascending, the first is 1), ``widths[i]`` its width."""
 
@@ -45,24 +47,24 @@ class WidthBuckets:
     widths: Tuple[int, ...]
 
     @classmethod
-    def parse(cls, value: Any) -> "WidthBuckets":
+    def parse(cls, value: Any) -> "WidthsByBatchSize":
         """Buckets from a mapping ``{min_batch_size: width}``; keys may be ints or
-        decimal strings (TOML keys are strings). Raises WidthBucketsError
+        decimal strings (TOML keys are strings). Raises WidthsByBatchSizeError
         saying what is wrong with ``value``."""
         if not isinstance(value, Mapping) or not value:
-            raise WidthBucketsError(f"expected a non-empty mapping {{min_batch_size: width}}, got {value!r}")
+            raise WidthsByBatchSizeError(f"expected a non-empty mapping {{min_batch_size: width}}, got {value!r}")
         pairs: Dict[int, int] = {}
         for key, width in value.items():
             size = _size_key(key)
             if size is None:
-                raise WidthBucketsError(f"key {key!r} is not a batch size (a positive integer)")
+                raise WidthsByBatchSizeError(f"key {key!r} is not a batch size (a positive integer)")
             if size in pairs:
-                raise WidthBucketsError(f"batch size {size} is given twice")
-            if not _is_int(width) or width < 1:
-                raise WidthBucketsError(f"width for batch size {size} must be a positive integer, got {width!r}")
+                raise WidthsByBatchSizeError(f"batch size {size} is given twice")
+            if not is_plain_int(width) or width < 1:
+                raise WidthsByBatchSizeError(f"width for batch size {size} must be a positive integer, got {width!r}")
             pairs[size] = width
         if 1 not in pairs:
-            raise WidthBucketsError(f"the smallest bucket must start at batch size 1 (got {min(pairs)}), "
+            raise WidthsByBatchSizeError(f"the smallest bucket must start at batch size 1 (got {min(pairs)}), "
                                     "so that every batch has a width")
         bounds = tuple(sorted(pairs))
         return cls(bounds, tuple(pairs[b] for b in bounds))
@@ -94,16 +96,11 @@ class WidthBuckets:
 
 
 def _size_key(key: Any) -> Optional[int]:
-    if _is_int(key):
+    if is_plain_int(key):
         return key if key >= 1 else None
     if type(key) is str and key.isascii() and key.isdigit() and int(key) >= 1:
         return int(key)
     return None
-
-
-def _is_int(value: Any) -> bool:
-    """Exactly an int (no bool, no subclass: nothing a plugin returns is compared by its own code)."""
-    return type(value) is int
 
 
 def padded_size(batch_size: int, capture_sizes: Optional[Sequence[int]]) -> Optional[int]:
@@ -116,12 +113,12 @@ def padded_size(batch_size: int, capture_sizes: Optional[Sequence[int]]) -> Opti
     return ordered[i] if i < len(ordered) else None
 
 
-def graph_sizes(buckets: WidthBuckets, width: int, capture_sizes: Iterable[int]) -> Tuple[int, ...]:
+def graph_sizes(buckets: WidthsByBatchSize, width: int, capture_sizes: Iterable[int]) -> Tuple[int, ...]:
     """The captured sizes whose graph is captured at ``width``."""
     return tuple(sorted(s for s in capture_sizes if buckets.at(s) == width))
 
 
-def graph_size(buckets: WidthBuckets, batch_size: int, width: int, capture_sizes: Iterable[int]) -> Optional[int]:
+def graph_size(buckets: WidthsByBatchSize, batch_size: int, width: int, capture_sizes: Iterable[int]) -> Optional[int]:
     """The captured size a batch of ``batch_size`` requests verifying ``width``
     tokens each replays on: the smallest captured size >= the batch whose
     graph has that width; None: no graph serves it (the step runs eagerly)."""
@@ -136,9 +133,9 @@ class WidthSchedule:
     size, before drafting; it returns the width to draft and verify.
     """
 
-    def __init__(self, buckets: WidthBuckets, capture_sizes: Optional[Sequence[int]] = None, hold_steps: int = 0):
-        if not _is_int(hold_steps) or hold_steps < 0:
-            raise WidthBucketsError(f"hold_steps must be a non-negative integer, got {hold_steps!r}")
+    def __init__(self, buckets: WidthsByBatchSize, capture_sizes: Optional[Sequence[int]] = None, hold_steps: int = 0):
+        if not is_plain_int(hold_steps) or hold_steps < 0:
+            raise WidthsByBatchSizeError(f"hold_steps must be a non-negative integer, got {hold_steps!r}")
         self.buckets = buckets
         self.capture_sizes = tuple(sorted(capture_sizes)) if capture_sizes else None
         self.hold_steps = hold_steps

@@ -14,8 +14,8 @@ import importlib
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from ..plugins import PluginSet
-from .cpu_harness import prepare
-from .probe import probe
+from ..engine.cpu_harness import prepare
+from ..engine.probe import probe
 
 
 def predict(
@@ -51,9 +51,11 @@ def predict(
         return {"version": found.version, "summary": f"{found.version}: cannot serve plugin algorithms", "lines": reasons,
                 "problems": problems, "backends": {}, "cpu_harness": harness}
 
-    from ..patches.backend_support import KNOWN_BACKENDS, REFUSED, support_at_widths
-    from .startup_check import DRAFT, TARGET, faults, verifying_workers
-    from .worker_contract import contract
+    from ..engine.facts import DRAFT, TARGET
+    from ..engine.worker_contract import contract
+    from ..patches.attention_support import KNOWN_BACKENDS, support_at_widths
+    from ..patches.support import Serving
+    from .startup_check import faults, verifying_workers
 
     backends: Dict[str, Dict[str, Dict[str, Dict[str, str]]]] = {}
 
@@ -72,7 +74,7 @@ def predict(
             except Exception as exc:
                 lines.append(f"validate_server_args and worker_factory not run for {name}: ServerArgs could not be built here: {type(exc).__name__}: {exc}")
                 args = None
-            # what the loader's start-up check (engine/startup_check) will refuse while SGLang resolves its arguments
+            # what the loader's start-up check (serving/startup_check) will refuse while SGLang resolves its arguments
             problems += [f"{origin}: {line}" for line in faults(
                 offered, policy, args, found.version, ndt=ndt, disable_overlap=disable_overlap, backends=named,
                 dp_attention=dp_attention,
@@ -83,7 +85,7 @@ def predict(
                 widths = policy.candidate_widths(ndt, draft)
                 for backend in [attention_backend] if attention_backend else KNOWN_BACKENDS:
                     width, support = support_at_widths(backend, policy, ndt, shape, draft)
-                    at = "" if len(widths) == 1 else f"at widths {', '.join(map(str, widths))}: " if support.verdict != REFUSED \
+                    at = "" if len(widths) == 1 else f"at widths {', '.join(map(str, widths))}: " if support.verdict != Serving.REFUSED \
                         else f"at width {width}: "
                     backends.setdefault(name, {}).setdefault(str(ndt), {}).setdefault(worker, {})[backend] = {
                         "verdict": support.verdict, "reason": at + support.reason}

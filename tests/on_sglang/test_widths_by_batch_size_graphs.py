@@ -1,6 +1,6 @@
 """Widths by batch size through SGLang's own decode CUDA-graph runner and real
 attention backends: each captured size at its bucket's width (the release's
-own capture method, patched by ``width_by_batch``), and the attention oracle
+own capture method, patched by ``widths_by_batch_size``), and the attention oracle
 on flashinfer, triton and trtllm_mha at every width after every switch,
 eager, capture and replay, as a batch grows and shrinks (capture_harness);
 backends that cannot serve them are refused at start-up by name."""
@@ -22,13 +22,13 @@ from packaging.version import Version
 
 import capture_harness as ch
 import runner_drive
-import trtllm_harness as h
-from sglang_spec_plugins.patches import width_by_batch
+from sglang_spec_plugins.testing import trtllm as h
+from sglang_spec_plugins.patches import widths_by_batch_size
 from sglang_spec_plugins.patches.unit import revert_all
 from sglang_spec_plugins.engine.probe import probe
-from sglang_spec_plugins.patches import backend_support
-from sglang_spec_plugins.patches.backend_support import WIDTHS_BY_BATCH_BACKENDS
-from sglang_spec_plugins.verify_widths import WidthBuckets, WidthSchedule, padded_size
+from sglang_spec_plugins.patches.attention_support import attention_support
+from sglang_spec_plugins.patches.attention_support import WIDTHS_BY_BATCH_BACKENDS
+from sglang_spec_plugins.widths_by_batch_size import WidthsByBatchSize, WidthSchedule, padded_size
 
 NDT, MAX_WIDTH = 4, 6
 BUCKETS = {1: 6, 2: 4, 4: 2}
@@ -80,7 +80,7 @@ def captured_tokens(runner, size):
 
         def local(frame, event, arg):
             if event == "line" and frame.f_lineno > line:
-                seen.update(frame.f_locals, width=getattr(runner, width_by_batch.width_attribute(runner)))
+                seen.update(frame.f_locals, width=getattr(runner, widths_by_batch_size.width_attribute(runner)))
                 raise runner_drive._PastTheBlock
             return local
 
@@ -94,7 +94,7 @@ def captured_tokens(runner, size):
         pass
     finally:
         sys.settrace(previous)
-    return seen["num_tokens"], getattr(runner, width_by_batch.width_attribute(runner)), seen["width"]
+    return seen["num_tokens"], getattr(runner, widths_by_batch_size.width_attribute(runner)), seen["width"]
 
 
 def state_at_entry(method, runner, *args):
@@ -106,7 +106,7 @@ def state_at_entry(method, runner, *args):
 
     def tracer(frame, event, arg):
         if frame.f_code is original.__code__:
-            seen.append((list(runner.capture_bs), getattr(runner, width_by_batch.width_attribute(runner))))
+            seen.append((list(runner.capture_bs), getattr(runner, widths_by_batch_size.width_attribute(runner))))
             raise runner_drive._PastTheBlock
         return None
 
@@ -141,16 +141,16 @@ def built_runner(algorithm):
 
 def test_each_size_is_captured_at_its_bucket_s_width(algorithm):
     runner = built_runner(algorithm)
-    assert getattr(runner, width_by_batch.width_attribute(runner)) == MAX_WIDTH  # sized with the largest
+    assert getattr(runner, widths_by_batch_size.width_attribute(runner)) == MAX_WIDTH  # sized with the largest
     for size in CAPTURED:
         tokens, after, _ = captured_tokens(runner, size)
-        assert tokens == size * WidthBuckets.parse(BUCKETS).at(size)
+        assert tokens == size * WidthsByBatchSize.parse(BUCKETS).at(size)
         assert after == MAX_WIDTH  # put back after the capture
 
 
 def test_without_the_patch_every_size_is_captured_at_the_largest_width(algorithm):
     runner = built_runner(algorithm)
-    revert_all(list(width_by_batch.PATCHES))
+    revert_all(list(widths_by_batch_size.PATCHES))
     assert [captured_tokens(runner, s)[0] for s in CAPTURED] == [s * MAX_WIDTH for s in CAPTURED]
 
 
@@ -172,19 +172,19 @@ def test_a_replay_sees_the_graphs_of_the_batch_s_width(algorithm):
     can_run = replay_methods(runner)[0]
     assert can_run(runner, verify_batch(2, 6)) is False  # width 6 is captured only for 1 request
     assert state_at_entry(can_run, runner, verify_batch(2, 6)) is None
-    assert runner.capture_bs == CAPTURED and getattr(runner, width_by_batch.width_attribute(runner)) == MAX_WIDTH
+    assert runner.capture_bs == CAPTURED and getattr(runner, widths_by_batch_size.width_attribute(runner)) == MAX_WIDTH
 
 
 def test_a_recapture_during_a_replay_captures_every_size(algorithm):
     runner = built_runner(algorithm)
-    width_by_batch.buckets_of(runner)
-    with width_by_batch.at_width(runner, 2):  # as inside a replay, where recapture_if_needed may capture again
+    widths_by_batch_size.buckets_of(runner)
+    with widths_by_batch_size.at_width(runner, 2):  # as inside a replay, where recapture_if_needed may capture again
         assert state_at_entry(type(runner).capture, runner) == (CAPTURED, MAX_WIDTH)
 
 
 def test_without_the_patch_a_replay_sees_every_graph_at_the_largest_width(algorithm):
     runner = built_runner(algorithm)
-    revert_all(list(width_by_batch.PATCHES))
+    revert_all(list(widths_by_batch_size.PATCHES))
     for method in replay_methods(runner):
         assert state_at_entry(method, runner, verify_batch(3, 2)) == (CAPTURED, MAX_WIDTH)
 
@@ -192,10 +192,10 @@ def test_without_the_patch_a_replay_sees_every_graph_at_the_largest_width(algori
 def test_replay_pads_over_the_graphs_of_the_batch_s_width(algorithm):
     """What the runner's own padding sees inside a replay: only the sizes captured at the batch's width."""
     runner = built_runner(algorithm)
-    assert width_by_batch.buckets_of(runner) is not None
-    with width_by_batch.at_width(runner, 2):
-        assert runner.capture_bs == [4] and getattr(runner, width_by_batch.width_attribute(runner)) == 2
-    with width_by_batch.at_width(runner, 4):
+    assert widths_by_batch_size.buckets_of(runner) is not None
+    with widths_by_batch_size.at_width(runner, 2):
+        assert runner.capture_bs == [4] and getattr(runner, widths_by_batch_size.width_attribute(runner)) == 2
+    with widths_by_batch_size.at_width(runner, 4):
         assert runner.capture_bs == [2, 3]
     assert runner.capture_bs == CAPTURED
 
@@ -245,10 +245,10 @@ def test_attention_holds_at_every_width_as_the_batch_grows_and_shrinks(monkeypat
     attention from the batch definition. A replay runs as a CUDA graph does: the
     backend's replay metadata first, then the forward with the metadata captured
     for that size (its tensors as the replay refilled them, the rest as captured)."""
-    if backend == "triton" and backend_support.attention_support("triton", 2, NDT).verdict == "refused":
+    if backend == "triton" and attention_support("triton", 2, NDT).verdict == "refused":
         pytest.skip(f"SGLang {RELEASE}'s triton lays TARGET_VERIFY out at ndt: widths by batch size are refused "
                     "(test_a_backend_that_ignores_a_width_is_refused)")
-    buckets = WidthBuckets.parse(BUCKETS)
+    buckets = WidthsByBatchSize.parse(BUCKETS)
     gen = torch.Generator().manual_seed(7)
     ch.bind_stand_ins(monkeypatch)
     monkeypatch.setenv("SGLANG_FLASHINFER_WORKSPACE_SIZE", str(1 << 20))
@@ -257,11 +257,11 @@ def test_attention_holds_at_every_width_as_the_batch_grows_and_shrinks(monkeypat
         runner = ch.graph_runner_for(algorithm, server_args, attn, max(CAPTURED))
         runner.capture_bs, runner.speculative_num_draft_tokens = list(CAPTURED), NDT
         runner.stream, runner._create_device_graph = None, lambda: None  # read before the width line up to 0.5.13
-        assert width_by_batch.buckets_of(runner) == buckets
+        assert widths_by_batch_size.buckets_of(runner) == buckets
         graphs, widths = {}, {}
         for size in reversed(CAPTURED):  # as SGLang captures: largest first
             tokens, _, width = captured_tokens(runner, size)
-            with width_by_batch.at_width(runner, width, sizes=tuple(CAPTURED)):
+            with widths_by_batch_size.at_width(runner, width, sizes=tuple(CAPTURED)):
                 info = type(runner).get_spec_info(runner, tokens)
             assert info.draft_token_num == width == tokens // size
             capture = h.make_batch(attn, [0] * size, width, gen)
@@ -299,19 +299,19 @@ def test_a_worker_s_schedule_follows_the_runner_s_graphs(algorithm):
     mr = runner.model_runner
     mr.graph_runner = mr.decode_cuda_graph_runner = runner
     with runner_drive.published(speculative_algorithm="BY_BATCH", speculative_num_draft_tokens=NDT):
-        schedule = width_by_batch.schedule_for(mr, hold_steps=1)
+        schedule = widths_by_batch_size.schedule_for(mr, hold_steps=1)
     assert schedule.capture_sizes == tuple(CAPTURED)
     assert [schedule.width(n) for n in (1, 4, 2, 2)] == [6, 2, 2, 4]  # shrinking waits one step
     mr.decode_cuda_graph_runner = mr.graph_runner = None  # eager
     with runner_drive.published(speculative_algorithm="BY_BATCH", speculative_num_draft_tokens=NDT):
-        assert width_by_batch.schedule_for(mr).capture_sizes is None
+        assert widths_by_batch_size.schedule_for(mr).capture_sizes is None
 
 
 def test_step_widths_read_the_graphs_captured_after_the_worker_was_built(algorithm):
     """A worker builds StepWidths in ``__init__``, before SGLang captures the target's
     decode graphs; its first step reads them: with graphs for 1, 2 and 4, a batch
     of 3 replays the graph for 4, so it takes bucket 4's width (2), not its own (4)."""
-    from sglang_spec_plugins.engine.algorithm import StepWidths
+    from sglang_spec_plugins.worker import StepWidths
 
     runner = built_runner(algorithm)
     runner.capture_bs = [1, 2, 4]

@@ -16,35 +16,18 @@ comes later and is never called on 0.5.12-0.5.13.)
 The loader registers :func:`validator` there for every plugin algorithm: it
 runs the plugin's own validator and then :func:`faults`, and stops SGLang
 with a :class:`PluginError` naming plugin, distribution, algorithm and hook.
-``check`` asks the same :func:`faults` (``engine/prediction.py``), so what
+``check`` asks the same :func:`faults` (:mod:`.prediction`), so what
 ``check`` finds the server finds before the weights load.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Mapping, Optional
+from typing import Any, Callable, List, Mapping, Optional
 
+from ..engine.facts import DRAFT, verify_backends
 from ..errors import describe_exception
 from ..plugins import OfferedAlgorithm
 from ..policy import VerifyPolicy
-
-TARGET, DRAFT = "target worker", "draft worker"
-
-
-def verify_backends(server_args: Any) -> Dict[str, str]:
-    """The attention backend each worker runs TARGET_VERIFY through, as the
-    operator named it (``{}`` where none is named: SGLang picks one later, and
-    the loader's gate judges it when it is built). SGLang's hybrid backend
-    sends TARGET_VERIFY to the decode backend when
-    ``speculative_attention_mode`` is "decode", else to the prefill backend;
-    each falls back to ``attention_backend``; the draft worker uses
-    ``speculative_draft_attention_backend`` where given."""
-    common = getattr(server_args, "attention_backend", None)
-    mode = getattr(server_args, "speculative_attention_mode", None) or "prefill"
-    target = getattr(server_args, f"{mode}_attention_backend", None) or common
-    draft = getattr(server_args, "speculative_draft_attention_backend", None) or target
-    return {worker: name for worker, name in ((TARGET, target), (DRAFT, draft)) if name}
-
 
 def faults(offered: OfferedAlgorithm, policy: VerifyPolicy, server_args: Any, version: str, *,
            ndt: Optional[int], disable_overlap: bool, backends: Mapping[str, str], release: Any = None,
@@ -60,7 +43,7 @@ def faults(offered: OfferedAlgorithm, policy: VerifyPolicy, server_args: Any, ve
     caller's step, since a width fault is a PluginError of its own).
     ``validate``/``factory`` False skip the validator/the factory (``check``
     without arguments to hand them). Raises nothing a plugin causes."""
-    from .worker_contract import contract
+    from ..engine.worker_contract import contract
 
     release = release or contract()
     refused = validator_fault(offered, server_args, ndt) if validate else None
@@ -89,7 +72,7 @@ def validator_fault(offered: OfferedAlgorithm, server_args: Any, ndt: Optional[i
 
 def overlap_faults(offered: OfferedAlgorithm, version: str, disable_overlap: bool, release: Any) -> List[str]:
     """SGLang's ``create_worker`` refusal of ``supports_overlap=False`` without the flag (read off the release)."""
-    from .worker_contract import overlap_flag_needed
+    from ..engine.worker_contract import overlap_flag_needed
 
     flag = overlap_flag_needed(offered.spec.supports_overlap, release)
     if flag and not disable_overlap:
@@ -99,7 +82,7 @@ def overlap_faults(offered: OfferedAlgorithm, version: str, disable_overlap: boo
 
 def factory_faults(offered: OfferedAlgorithm, server_args: Any, release: Any) -> List[str]:
     """What SGLang's ``create_worker`` and scheduler would meet in the worker factory's result."""
-    from .worker_contract import check_worker
+    from ..engine.worker_contract import check_worker
 
     try:
         worker = offered.spec.worker_factory(server_args)
@@ -124,8 +107,8 @@ def dp_attention_faults(policy: VerifyPolicy, ndt: Optional[int]) -> List[str]:
     width) the step replays."""
     found: List[str] = []
     for draft in verifying_workers(policy, ndt):
-        buckets = policy.widths(ndt, draft)
-        line = (f"{policy.widths_setting(ndt, draft)} gives widths by batch size {buckets}, which are not served "
+        buckets = policy.widths_by_batch_size(ndt, draft)
+        line = (f"{policy.widths_by_batch_size_source(ndt, draft)} gives widths by batch size {buckets}, which are not served "
                 "with --enable-dp-attention (SGLang pads every DP rank's decode batch to the largest rank's); use one "
                 "width (no widths by batch size) or no DP attention")
         if buckets is not None and line not in found:  # plugins.toml's widths are both workers'
@@ -136,7 +119,8 @@ def dp_attention_faults(policy: VerifyPolicy, ndt: Optional[int]) -> List[str]:
 def backend_faults(offered: OfferedAlgorithm, policy: VerifyPolicy, version: str, ndt: Optional[int],
                    backends: Mapping[str, str]) -> List[str]:
     """The named attention backends that refuse the plugin's resolved width at ``ndt``."""
-    from ..patches.backend_support import REFUSED, support_at_widths
+    from ..patches.attention_support import support_at_widths
+    from ..patches.support import Serving
 
     found: List[str] = []
     verifying = verifying_workers(policy, ndt)
@@ -146,7 +130,7 @@ def backend_faults(offered: OfferedAlgorithm, policy: VerifyPolicy, version: str
             continue  # no width, a draft worker that never verifies, or a width already refused
         shape = offered.spec.verify_shape
         width, support = support_at_widths(backend, policy, ndt, shape, draft)  # every width a step may use
-        if support.verdict == REFUSED:
+        if support.verdict == Serving.REFUSED:
             found.append(f"--attention-backend {backend} on the {worker_name} at width {width} ({shape}, ndt {ndt}) "
                          f"on SGLang {version} is refused: {support.reason}")
     return found
@@ -172,5 +156,4 @@ def validator(offered: OfferedAlgorithm, policy: VerifyPolicy, version: str) -> 
             raise policy._fault("; ".join(found) + " (found while SGLang resolved its server arguments, before "
                                 "loading any weights)")
 
-    validate_server_args.plugin_validator = offered.spec.validate_server_args  # what the plugin itself gave
     return validate_server_args

@@ -1,9 +1,9 @@
-"""The decode CUDA-graph runner at a width per batch size (``sgl_spec_verify_widths``).
+"""The decode CUDA-graph runner at a width per batch size (``sgl_spec_widths_by_batch_size``).
 
 SGLang's runner captures every batch size of its capture list at one width
 (``captured_req_width`` from 0.5.16, ``num_tokens_per_bs`` before) and
 replays a batch on the graph of the smallest captured size that holds it.
-For a plugin algorithm with widths by batch size (:mod:`..verify_widths`)
+For a plugin algorithm with widths by batch size (:mod:`..widths_by_batch_size`)
 these wrappers make that width a function of the graph's batch size, in the
 runner's own code, by setting the runner's width attribute around each of
 its calls:
@@ -19,7 +19,7 @@ its calls:
   ``can_run``/``replay_prepare``/``replay`` before): the width is the batch's
   own (tokens / requests, what the worker chose for this step), and the
   runner pads the batch as it always does, over the captured sizes whose
-  graph has that width (:func:`~..verify_widths.graph_size`): a batch of 5 at
+  graph has that width (:func:`~..widths_by_batch_size.graph_size`): a batch of 5 at
   bucket 8's width replays the graph captured for 8; a batch held at a
   larger-batch bucket's width by the worker's hysteresis replays the smallest
   graph of that width that holds it. A batch no graph serves at its width
@@ -32,7 +32,7 @@ batch. Built-in algorithms, and plugin algorithms with one width, run the
 original methods unchanged. Not served: DP attention (the runner pads to the
 largest batch across DP ranks, which the width of one rank's batch does not
 follow): ``--enable-dp-attention`` is refused at start-up, while SGLang
-resolves its arguments (:func:`~..engine.startup_check.dp_attention_faults`;
+resolves its arguments (:func:`~..serving.startup_check.dp_attention_faults`;
 the runner's ``require_mlp_tp_gather`` is never True without it).
 """
 
@@ -43,8 +43,9 @@ import functools
 from typing import Optional, Tuple
 
 from ..engine.algorithm import policy_of
-from ..verify_widths import WidthBuckets, graph_size, graph_sizes
-from .unit import Target, WrapPatch
+from ..engine.facts import configured_ndt
+from ..widths_by_batch_size import WidthsByBatchSize, graph_size, graph_sizes
+from .unit import Target, Verdict, WrapPatch
 from .verify_batch import batch_width
 
 _STATE = "_sglang_spec_plugins_widths"
@@ -59,12 +60,12 @@ def width_attribute(runner) -> str:
     return "captured_req_width" if hasattr(runner, "captured_req_width") else "num_tokens_per_bs"
 
 
-def buckets_of(runner) -> Optional[WidthBuckets]:
+def buckets_of(runner) -> Optional[WidthsByBatchSize]:
     """The widths by batch size of the runner's plugin algorithm on its worker; None otherwise."""
     state = vars(runner).get(_STATE)  # (buckets, every captured size)
     if state is None:
         policy = policy_of(runner.model_runner.spec_algorithm)
-        buckets = None if policy is None else policy.widths(runner.speculative_num_draft_tokens,
+        buckets = None if policy is None else policy.widths_by_batch_size(runner.speculative_num_draft_tokens,
                                                           bool(runner.model_runner.is_draft_worker))
         state = vars(runner)[_STATE] = (buckets, tuple(sorted(runner.capture_bs)))
     return state[0]
@@ -92,8 +93,6 @@ def schedule_for(model_runner, hold_steps: int = 0):
     it verify): :meth:`~..policy.VerifyPolicy.schedule` over the batch sizes its
     decode CUDA-graph runner captured (none: eager). None for an algorithm with
     one width at every batch size, or a built-in one."""
-    from .backend_support import configured_ndt
-
     policy = policy_of(model_runner.spec_algorithm)
     if policy is None:
         return None
@@ -162,9 +161,9 @@ def _condition(*needles):
     """Apply where the method reads one of ``needles`` (what the wrapper sets around it)."""
     def condition(source: str):
         if any(n in source for n in needles):
-            return "apply", ("takes the capture width per batch size and replays a batch on a graph of its width, "
+            return Verdict.APPLY, ("takes the capture width per batch size and replays a batch on a graph of its width, "
                              "for plugin algorithms with widths by batch size")
-        return "refused", f"unknown shape: reads none of {', '.join(needles)}"
+        return Verdict.REFUSED, f"unknown shape: reads none of {', '.join(needles)}"
 
     return condition
 
@@ -177,14 +176,14 @@ def _patch(name: str, summary: str, new: str, old: str, wrapper, *needles) -> Wr
 
 _WIDTH = ("self.captured_req_width", "self.num_tokens_per_bs")
 PATCHES = (
-    _patch("width_by_batch.capture_all", "decode CUDA-graph capture (and recapture): every captured size",
+    _patch("widths_by_batch_size.capture_all", "decode CUDA-graph capture (and recapture): every captured size",
            "capture", "capture", _seen(_capture_all), "self.capture_bs", "_capture_one_stream", "self._capture()"),
-    _patch("width_by_batch.capture", "decode CUDA-graph capture: each batch size at its bucket's width",
+    _patch("widths_by_batch_size.capture", "decode CUDA-graph capture: each batch size at its bucket's width",
            "capture_one_shape", "capture_one_batch_size", _seen(_capture_one), *_WIDTH),
-    _patch("width_by_batch.can_run", "decode CUDA-graph replay check: a graph of the batch's width holds it",
+    _patch("widths_by_batch_size.can_run", "decode CUDA-graph replay check: a graph of the batch's width holds it",
            "can_run_graph", "can_run", _seen(_can_run), "forward_batch.batch_size", "self.max_bs"),
-    _patch("width_by_batch.load", "decode CUDA-graph replay inputs: padded over the graphs of the batch's width",
+    _patch("widths_by_batch_size.load", "decode CUDA-graph replay inputs: padded over the graphs of the batch's width",
            "load_batch", "replay_prepare", _seen(_replay), "self.capture_bs"),
-    _patch("width_by_batch.replay", "decode CUDA-graph replay: at the batch's width",
+    _patch("widths_by_batch_size.replay", "decode CUDA-graph replay: at the batch's width",
            "execute", "replay", _seen(_replay), "self.raw_num_token"),
 )

@@ -27,11 +27,14 @@ from packaging.version import Version
 from sglang_spec_plugins.testing.cpu import absent_kernel_package
 from sglang_spec_plugins.engine.probe import probe
 from sglang_spec_plugins.errors import EngineError
-from sglang_spec_plugins.patches.backend_support import FA3, PATCHES, TRITON, backend_support
+from sglang_spec_plugins.patches.attention_support import report
+from sglang_spec_plugins.patches.fa3 import FA3
+from sglang_spec_plugins.patches.triton import TRITON
 from sglang_spec_plugins.patches.unit import apply_all, revert_all
 from test_loader import EXAMPLES
 
 MODULES = {"FA3": FA3.alternatives[0].module, "triton": TRITON.alternatives[0].module}
+PATCHES = (FA3, TRITON)
 CLASSES = {"FA3": "FlashAttentionBackend", "triton": "TritonAttnBackend"}
 LABELS = {"FA3": r"FA3/FA4 \(FlashAttentionBackend\)", "triton": r"triton \(TritonAttnBackend\)"}
 WIDTH_ATTRS = ("speculative_num_draft_tokens", "num_draft_tokens", "target_verify_num_tokens_per_req")
@@ -54,7 +57,7 @@ def ignores_width(backend, is_draft_worker):
 
 def stores_width(backend, is_draft_worker):
     """Does upstream ``backend`` store this worker's width (not ndt) in ``__init__``? triton 0.5.17-0.5.20
-    store ndt but lay each verify batch out at its verify input's width (test_capture_input, test_width_by_batch)."""
+    store ndt but lay each verify batch out at its verify input's width (test_capture_input, test_widths_by_batch_size)."""
     if backend == "FA3":
         return not ignores_width(backend, is_draft_worker)
     return release() >= Version("0.5.21")  # triton: the hook for both workers
@@ -146,7 +149,7 @@ def stored_width(cls, algorithm, is_draft_worker):
 
 
 def test_plans_follow_the_release(backends):
-    found = backend_support(probe())
+    found = report(probe())
     for name, patch in (("FA3", FA3), ("triton", TRITON)):
         ignored = [w for w in (False, True) if ignores_width(name, w)]
         assert patch.plan(probe().version).verdict == ("apply" if ignored else "not needed")
@@ -200,7 +203,7 @@ def test_the_guard_waits_for_sglang_to_import_the_backend():
         "import sys\n"
         "from sglang_spec_plugins.testing.cpu import install_stand_ins; install_stand_ins()\n"
         "from sglang_spec_plugins.engine.probe import probe\n"
-        "from sglang_spec_plugins.patches.backend_support import PATCHES\n"
+        "from sglang_spec_plugins.patches.fa3 import PATCHES\n"
         "from sglang_spec_plugins.patches.unit import apply_all\n"
         f"module = {MODULES['FA3']!r}\n"
         "plans = apply_all(PATCHES, probe().version)\n"

@@ -1,0 +1,35 @@
+"""Facts about a running SGLang that several rooms read: the configured ndt a
+backend lays a verify out with, and which attention backend each worker
+sends TARGET_VERIFY to."""
+
+from __future__ import annotations
+
+from typing import Any, Dict
+
+TARGET, DRAFT = "target worker", "draft worker"
+"""The two workers that may run TARGET_VERIFY, as messages name them."""
+
+
+def configured_ndt(model_runner: Any) -> int:
+    """``speculative_num_draft_tokens`` where the attention backends read it:
+    the runtime context (0.5.17+), else the runner's server args."""
+    try:
+        from sglang.srt.runtime_context import get_spec
+    except ImportError:
+        return model_runner.server_args.speculative_num_draft_tokens
+    return get_spec().speculative_num_draft_tokens
+
+
+def verify_backends(server_args: Any) -> Dict[str, str]:
+    """The attention backend each worker runs TARGET_VERIFY through, as the
+    operator named it (``{}`` where none is named: SGLang picks one later, and
+    the loader's gate judges it when it is built). SGLang's hybrid backend
+    sends TARGET_VERIFY to the decode backend when
+    ``speculative_attention_mode`` is "decode", else to the prefill backend;
+    each falls back to ``attention_backend``; the draft worker uses
+    ``speculative_draft_attention_backend`` where given."""
+    common = getattr(server_args, "attention_backend", None)
+    mode = getattr(server_args, "speculative_attention_mode", None) or "prefill"
+    target = getattr(server_args, f"{mode}_attention_backend", None) or common
+    draft = getattr(server_args, "speculative_draft_attention_backend", None) or target
+    return {worker: name for worker, name in ((TARGET, target), (DRAFT, draft)) if name}
