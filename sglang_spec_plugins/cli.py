@@ -332,12 +332,13 @@ def _doctor(args: argparse.Namespace) -> int:
     return 0 if not problems else 1
 
 
-def _verdict(name: str, planned: str) -> str:
-    """A plan's verdict as doctor says it: "applied" when this process already
-    applied the patch, "would apply" when the loader would."""
-    if planned != "apply":
-        return planned
-    from .patches import PATCHES
+def _verdict(name: str, planned) -> str:
+    """A plan's :class:`~.patches.unit.Verdict` as doctor says it: "applied" when
+    this process already applied the patch, "would apply" when the loader would."""
+    from .patches import PATCHES, Verdict
+
+    if planned != Verdict.APPLY:
+        return str(planned)
 
     return "applied" if next(p for p in PATCHES if p.name == name).applied else "would apply"
 

@@ -41,10 +41,10 @@ def predict(
     problems: List[str] = []
     lines: List[str] = []
     names = ", ".join(policies) or "no algorithm"
-    from ..patches import serving_plans
+    from ..patches import Verdict, serving_plans
 
     plans, reasons = serving_plans(found)
-    lines += [f"patch {name}: {plan.verdict}" for name, plan in plans.items() if plan.verdict == "apply"]
+    lines += [f"patch {name}: {plan.verdict}" for name, plan in plans.items() if plan.verdict == Verdict.APPLY]
     if reasons:
         if policies:
             problems.append(f"SGLang {found.version} cannot serve {names}: {'; '.join(reasons)}; the loader will register nothing")
