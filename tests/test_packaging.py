@@ -51,6 +51,16 @@ def test_wheel_metadata_license_and_typing(built):
     assert not any(n.startswith(("tests/", "examples/")) for n in names)
 
 
+def test_wheel_ships_every_module(built):
+    """Every module of the source tree is in the wheel (a subpackage without ``__init__.py`` is not found by
+    setuptools and would be left out: the loader would then fail to import it where SGLang runs)."""
+    _, wheel = built
+    source = {str(p.relative_to(ROOT)) for p in (ROOT / "sglang_spec_plugins").rglob("*.py")}
+    with zipfile.ZipFile(wheel) as whl:
+        shipped = {n for n in whl.namelist() if n.endswith(".py")}
+    assert source - shipped == set()
+
+
 def test_sdist_ships_the_package_and_no_tests(built):
     sdist, _ = built
     with tarfile.open(sdist) as tar:

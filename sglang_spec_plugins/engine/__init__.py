@@ -1,3 +1,5 @@
-"""The rooms that know SGLang: probing the installed release and registering
-plugin algorithms with it. Only this package and ``patches`` import SGLang,
-and only inside functions."""
+"""The rooms that read SGLang: what the installed release offers (the probe,
+its sources, the worker contract, facts about a running server) and the
+objects SGLang is handed (the algorithm object, the worker bases). Nothing
+here edits SGLang (that is ``patches``); SGLang is imported only inside
+functions."""
