@@ -23,6 +23,7 @@ class Capability:
     default: bool
     """SGLang's answer for a plugin algorithm that declares nothing."""
     meaning: str
+    """What SGLang does with the answer (docs/reference/capabilities.md shows it)."""
 
 
 CAPABILITIES: Mapping[str, Capability] = MappingProxyType({
@@ -35,7 +36,8 @@ CAPABILITIES: Mapping[str, Capability] = MappingProxyType({
         "the overlap schedule"),
     "supports_mixed_chunk": Capability(
         "0.5.19", False,
-        "the worker handles batches that mix prefill chunks with decoding (--enable-mixed-chunk)"),
+        "the worker handles batches that mix prefill chunks with decoding (--enable-mixed-chunk is otherwise "
+        "refused)"),
     "supports_prefill_shared_read_done": Capability(
         "0.5.21", False,
         "no speculative reader of the shared prefill buffer follows the target's extend, so SGLang may signal "

@@ -33,15 +33,67 @@ LOADER_ENTRY_POINT = "sglang_spec_plugins"
 """This package's entry-point name in SGLang's ``sglang.srt.plugins`` group."""
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+DESCRIPTIONS = {
+    "list": """\
+Show each hook of the contract and the plugins implementing it (distribution==version,
+module file), then each enabled algorithm and its plugin. Never imports SGLang.""",
+    "check": """\
+Validate plugins.toml and the plugins without starting a server, and predict what the
+installed SGLang will do with them. check runs the functions the server runs at start-up, so
+it reports the faults the server would stop on.
+
+- Every plugin fault, charged as the loader charges it.
+- Every width SGLang asks for at each -n N (without -n: at each of the default
+  speculative_num_draft_tokens the algorithm's validator and max_tokens_per_req allow): the
+  target worker's, the maximum and, where the draft worker may verify, the draft worker's;
+  each asked twice, and widths by batch size bucket by bucket.
+- The same check again in a fresh process, compared by fingerprint and widths
+  (--single-process skips it); and, where $SGLANG_SPEC_PLUGINS_AGREEMENT names a running
+  server's agreement, the differences from it.
+- Where SGLang is installed: whether the release can serve plugin algorithms; the overlap
+  rule (supports_overlap=False needs --disable-overlap-schedule, read off the release);
+  whether each worker class fits the release's worker contract; each algorithm's own
+  validate_server_args on the release's ServerArgs; and each attention backend's verdict on
+  every width (served / patched / refused). A refusal of the backend named with
+  --attention-backend is a problem, and so is a backend the release does not know. With
+  --enable-dp-attention, widths by batch size are a problem.
+
+On a machine whose torch has no GPU, SGLang is imported on the CPU harness (stand-ins for
+two torchvision operators, nothing else) and the output says so. What plugins print while
+imported goes to stderr, so --json prints one JSON document. Exit status 1 lists every
+problem.""",
+    "doctor": """\
+Probe the installed SGLang: the release (or why it does not import), whether its plugin
+framework and algorithm registry are there, the width hooks its runners call, each patch's
+verdict (applied / would apply / not needed / refused, with the reason), each attention
+backend's support, what the loader would register (with on_error = "skip", also each
+skipped plugin) and the fingerprint. A SGLANG_PLUGINS that leaves this package's loader out
+is a problem.""",
+    "new": """\
+Write a drafter package: pyproject.toml with the entry point, the plugin module (the hooks),
+the worker SGLang instantiates, tests that turn the conformance kit on, and a README. It
+installs with pip and passes its tests as generated. Refused: names whose distribution or
+module SGLang, this package or their dependencies use, that are already installed or
+importable (pip install -e . would replace them), Python keywords and standard-library
+modules, and SGLang's built-in algorithm names.""",
+}
+"""What each command does, as ``COMMAND --help`` prints it (and the CLI reference shows it)."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line: ``list``, ``check``, ``doctor`` and ``new``."""
     parser = argparse.ArgumentParser(prog="sglang-spec-plugins", description="Speculative-decoding drafter plugins for SGLang.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p_list = sub.add_parser("list", help="show loaded hooks, their plugins and the algorithms they serve")
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help, description=DESCRIPTIONS[name],
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+
+    p_list = command("list", "show loaded hooks, their plugins and the algorithms they serve")
     p_list.add_argument("--json", action="store_true", help="machine-readable output")
 
-    p_check = sub.add_parser("check", help="validate plugins.toml and the plugins, and predict what SGLang will do")
+    p_check = command("check", "validate plugins.toml and the plugins, and predict what SGLang will do")
     p_check.add_argument("path", nargs="?", type=Path, help=f"the plugins.toml (default: ${config_mod.CONFIG_ENV}, then ./plugins.toml)")
     p_check.add_argument("--num-draft-tokens", "-n", type=_positive_int, action="append", default=[], metavar="N",
                          help="resolve and check every width SGLang asks for at this speculative_num_draft_tokens "
@@ -56,14 +108,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                          help="skip asking everything again in a fresh process and comparing the answers")
     p_check.add_argument("--json", action="store_true", help="machine-readable output")
 
-    p_doctor = sub.add_parser("doctor", help="probe the installed SGLang and say what the loader would do")
+    p_doctor = command("doctor", "probe the installed SGLang and say what the loader would do")
     p_doctor.add_argument("--json", action="store_true", help="machine-readable output")
 
-    p_new = sub.add_parser("new", help="write a drafter package: plugin, worker, tests that use the conformance kit")
+    p_new = command("new", "write a drafter package: plugin, worker, tests that use the conformance kit")
     p_new.add_argument("name", help="package name, e.g. my_drafter (algorithm MY_DRAFTER)")
     p_new.add_argument("--dir", type=Path, default=Path("."), help="where to create it (default: the current directory)")
+    return parser
 
-    args = parser.parse_args(argv)
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
     command = {"list": _list, "check": _check, "doctor": _doctor, "new": scaffold.command}[args.command]
     args.out = sys.stdout
     try:
@@ -80,12 +135,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         with contextlib.suppress(OSError, ValueError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), args.out.fileno())
         return 1
-
-
-"""The ``speculative_num_draft_tokens`` values ``check`` resolves widths at when
-no ``-n`` is given (those the algorithm's ``validate_server_args`` accepts and
-its ``max_tokens_per_req`` allows): a width hook that fails only at some
-values, or never answers for its own algorithm, is found without ``-n``."""
 
 
 def _positive_int(text: str) -> int:

@@ -8,7 +8,7 @@ A test run puts one folder first on PYTHONPATH.
 
     python tests/releases.py install 0.5.14 0.5.16     # or --ci / --all
     python tests/releases.py test --ci [-- PYTEST ARGS]
-    python tests/releases.py table --all [--check]     # README compatibility and backend tables
+    python tests/releases.py table --all [--check]     # docs/reference: compatibility and backend tables
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ BACKEND_COLUMNS = {
     "aiter": "aiter", "aiter_mla": "aiter (MLA)",
     "torch_native": "any other (torch_native, flex_attention, flashinfer_mla, flashmla, cutlass_mla, trtllm_mla, ...)",
 }
-"""The README backend table's columns: ``attention_support`` names and headings (torch_native
+"""The backend matrix's columns: ``attention_support`` names and headings (torch_native
 stands for every backend the project has not examined)."""
 
 _PROBE = f"""
@@ -164,7 +164,7 @@ def probe_release(release: str) -> dict:
 
 
 def table_row(release: str) -> str:
-    """One README compatibility row, read off ``sglang-spec-plugins doctor --json`` on that release."""
+    """One compatibility row (docs/reference/releases.md), read off ``sglang-spec-plugins doctor --json`` on that release."""
     data = probe_release(release)["doctor"]
     sg = data["sglang"]
     hook = sg["width_hooks"][-1] if sg["width_hooks"] else "none"
@@ -180,7 +180,7 @@ _LETTER = {"served": "S", "patched": "P", "refused": "R"}
 
 
 def backend_row(release: str) -> Optional[str]:
-    """One README backend row (None where the loader serves no plugin algorithm): per backend,
+    """One backend-matrix row (docs/reference/backend-matrix.md; None where the loader serves no plugin algorithm): per backend,
     chain widths below / equal to / above ndt, then tree likewise."""
     verdicts = probe_release(release).get("backends")
     if verdicts is None:
@@ -196,30 +196,33 @@ def _section(text: str, start: str, end: str):
     return head, current, tail
 
 
+COMPAT_PAGE = ROOT / "docs" / "reference" / "releases.md"
+BACKENDS_PAGE = ROOT / "docs" / "reference" / "backend-matrix.md"
+
+
 def table(releases: List[str], check: bool) -> int:
     rows = [table_row(r) for r in releases]
     backend_rows = [row for row in map(backend_row, releases) if row]
-    readme = (ROOT / "README.md").read_text()
-    _, compat, _ = _section(readme, TABLE_START, TABLE_END)
-    _, backends, _ = _section(readme, BACKENDS_START, BACKENDS_END)
+    compat_page, backends_page = COMPAT_PAGE.read_text(), BACKENDS_PAGE.read_text()
     if check:
-        stale = [("compatibility", row) for row in rows if row not in compat]
-        stale += [("backend", row) for row in backend_rows if row not in backends]
-        for which, row in stale:
-            print(f"README {which} row differs from the probe: {row}")
+        _, compat, _ = _section(compat_page, TABLE_START, TABLE_END)
+        _, backends, _ = _section(backends_page, BACKENDS_START, BACKENDS_END)
+        stale = [(COMPAT_PAGE, row) for row in rows if row not in compat]
+        stale += [(BACKENDS_PAGE, row) for row in backend_rows if row not in backends]
+        for page, row in stale:
+            print(f"{page.relative_to(ROOT)}: row differs from the probe: {row}")
         total = len(rows) + len(backend_rows)
         print(f"{total - len(stale)} passed, {len(stale)} failed")
         return 1 if stale else 0
     header = ("\n| release | plugin framework | algorithm registry | width hook the runners call "
               "| methods taken from the enum | patches the loader applies | FA3 / triton with a plugin width != ndt; trtllm_mha on SM90/SM120 | loader |\n"
               "|---|---|---|---|---|---|---|---|\n")
-    head, _, tail = _section(readme, TABLE_START, TABLE_END)
-    readme = head + TABLE_START + header + "\n".join(rows) + "\n" + TABLE_END + tail
+    head, _, tail = _section(compat_page, TABLE_START, TABLE_END)
+    COMPAT_PAGE.write_text(head + TABLE_START + header + "\n".join(rows) + "\n" + TABLE_END + tail)
     backend_header = ("\n| release | " + " | ".join(BACKEND_COLUMNS.values()) + " |\n"
                       "|---|" + "---|" * len(BACKEND_COLUMNS) + "\n")
-    head, _, tail = _section(readme, BACKENDS_START, BACKENDS_END)
-    readme = head + BACKENDS_START + backend_header + "\n".join(backend_rows) + "\n" + BACKENDS_END + tail
-    (ROOT / "README.md").write_text(readme)
+    head, _, tail = _section(backends_page, BACKENDS_START, BACKENDS_END)
+    BACKENDS_PAGE.write_text(head + BACKENDS_START + backend_header + "\n".join(backend_rows) + "\n" + BACKENDS_END + tail)
     print("\n".join(rows + backend_rows))
     return 0
 
@@ -227,7 +230,7 @@ def table(releases: List[str], check: bool) -> int:
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=["install", "test", "table"])
-    parser.add_argument("--check", action="store_true", help="table: compare README rows instead of writing them")
+    parser.add_argument("--check", action="store_true", help="table: compare the rows in docs/reference instead of writing them")
     parser.add_argument("releases", nargs="*")
     parser.add_argument("--ci", action="store_true", help=f"the CI matrix: {' '.join(CI_RELEASES)}")
     parser.add_argument("--all", action="store_true", help="every supported release 0.5.12-0.5.23")

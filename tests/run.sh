@@ -2,7 +2,7 @@
 # The whole test suite: unit tests and the SGLang tests on the environment's
 # own release (0.5.23), then the same SGLang tests on every release of the CI
 # matrix, each from its own .sglang/<release> folder (installed on first use),
-# and the README compatibility rows checked against the probes.
+# and the generated release tables in docs/reference checked against the probes.
 # Every release 0.5.12-0.5.23 instead of the CI matrix:  tests/run.sh --all
 set -euo pipefail
 cd "$(dirname "$0")/.."

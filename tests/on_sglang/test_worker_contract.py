@@ -131,26 +131,39 @@ def test_a_forward_without_a_signature_is_not_a_crash():
     assert check_worker(OddForward, contract()) == []
 
 
-def _readme_row(release):
-    """The README's draft_worker row whose release range holds ``release``: (members, unchecked)."""
+def _reference_row(table: str, release: str):
+    """The cells of the row of docs/reference/worker-contract.md's ``table`` whose release range holds
+    ``release``, each as a tuple of the names in it (``none``: empty) or, unquoted, its text."""
     from pathlib import Path
 
     from packaging.version import Version
 
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    table = text.split("| SGLang | members read under `draft_worker` |")[1].split("\n\n")[0]
-    for row in table.splitlines()[2:]:
-        span, members, unchecked = [cell.strip() for cell in row.strip("|").split("|")]
+    text = (Path(__file__).resolve().parents[2] / "docs" / "reference" / "worker-contract.md").read_text()
+    rows = text.split(f"<!-- {table}:start")[1].split(f"<!-- {table}:end -->")[0].strip().splitlines()[3:]
+    for row in rows:
+        span, *cells = [cell.strip() for cell in row.strip("|").split("|")]
         first, _, last = span.partition("-")
         if Version(first) <= Version(release) <= Version(last or first):
-            names = lambda cell: set(cell.replace("`", "").split(", ")) - {"none", ""}
-            return names(members), (names(members) if unchecked == "all" else names(unchecked))
-    raise AssertionError(f"no README row for {release}")
+            return [tuple(n for n in cell.replace("`", "").split(", ") if n != "none") if "`" in cell or cell == "none"
+                    else cell for cell in cells]
+    raise AssertionError(f"docs/reference/worker-contract.md: no {table} row for {release}")
 
 
-def test_the_readme_draft_worker_table_matches_the_release():
+SCHEMA_TEXT = {"the V1 worker path": "v1", "the V2 schema, synchronously": "v2-sync"}
+
+
+def test_the_reference_contract_table_matches_the_release():
+    found = contract()
+    kwargs, abstract, members, forward, schema = _reference_row("worker-contract-table", RELEASE)
+    assert (kwargs, abstract, set(members), set(forward), SCHEMA_TEXT[schema]) == \
+        (found.constructor_kwargs, found.base_abstract, set(found.scheduler_members), set(found.forward_keywords),
+         found.non_overlap_schema)
+
+
+def test_the_reference_draft_worker_table_matches_the_release():
     found = contract()
     members = {read.path.split(".", 1)[1] for read in found.required_reads if read.path.startswith("draft_worker.")}
     unchecked = {read.path.split(".", 1)[1] for read in found.worker_reads
                  if not read.optional and read.path.startswith("draft_worker.") and "draft_worker" not in read.checked}
-    assert _readme_row(RELEASE) == (members, unchecked)
+    listed, listed_unchecked = _reference_row("draft-worker-table", RELEASE)
+    assert (set(listed), set(listed) if listed_unchecked == "all" else set(listed_unchecked)) == (members, unchecked)
