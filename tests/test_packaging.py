@@ -21,7 +21,9 @@ def built(tmp_path_factory):
     for name in SHIPPED:
         shutil.copy(ROOT / name, src / name)
     shutil.copytree(ROOT / "sglang_spec_plugins", src / "sglang_spec_plugins", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(ROOT / "tests", src / "tests", ignore=shutil.ignore_patterns("__pycache__"))  # must not be shipped
+    shutil.copytree(ROOT / "docs", src / "docs")
+    for name in ("tests", "tools"):  # must not be shipped
+        shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
     out = src / "dist"
     built = []
     for hook in ("build_sdist", "build_wheel"):  # one process each: setuptools keeps state between the two
@@ -48,7 +50,7 @@ def test_wheel_metadata_license_and_typing(built):
     assert "Typing :: Typed" in classifiers and "License :: OSI Approved :: Apache Software License" in classifiers
     assert meta.get_all("Project-URL"), "no Project-URL"
     assert meta["Requires-Python"] == ">=3.10"
-    assert not any(n.startswith(("tests/", "examples/")) for n in names)
+    assert not any(n.startswith(("tests/", "examples/", "docs/", "tools/")) for n in names)
 
 
 def test_wheel_ships_every_module(built):
@@ -61,10 +63,13 @@ def test_wheel_ships_every_module(built):
     assert source - shipped == set()
 
 
-def test_sdist_ships_the_package_and_no_tests(built):
+def test_sdist_ships_the_package_and_its_documents_and_no_tests(built):
+    """The README's links into docs/ resolve in the sdist too: every page is shipped."""
     sdist, _ = built
     with tarfile.open(sdist) as tar:
         names = [n.split("/", 1)[1] for n in tar.getnames() if "/" in n]
     for name in ("LICENSE", "README.md", "CHANGELOG.md", "sglang_spec_plugins/py.typed", "sglang_spec_plugins/cli.py"):
         assert name in names, name
-    assert not [n for n in names if n.startswith(("tests", "examples", "benchmarks"))]
+    pages = {str(p.relative_to(ROOT)) for p in (ROOT / "docs").rglob("*.md")}
+    assert pages and pages <= set(names), sorted(pages - set(names))
+    assert not [n for n in names if n.startswith(("tests", "examples", "benchmarks", "tools"))]
