@@ -60,9 +60,10 @@ class AlgorithmSpec:
 
     ``worker_factory``: called by SGLang with its ``ServerArgs`` when it
     creates the speculative worker; returns the worker class, which must fit
-    the release's worker contract (:mod:`.engine.worker_contract`; build it
-    on ``worker_contract.worker_base()``). Import SGLang inside the factory,
-    not at the plugin module's top.
+    the release's worker contract (build it on
+    ``sglang_spec_plugins.worker.worker_base()``; ``check_worker`` there says
+    what a class lacks). Import SGLang inside the factory, not at the plugin
+    module's top.
 
     ``supports_overlap``: whether the worker runs under SGLang's overlap
     scheduler. If False (the default, as in SGLang's own registry), every
@@ -149,10 +150,9 @@ def sgl_spec_widths_by_batch_size(
     SGLang captures each CUDA graph at the width of its batch size's bucket,
     sizes capture buffers with the largest width, and a batch replays on the
     graph of the size it pads to, so a worker takes each step's width from
-    ``sglang_spec_plugins.patches.widths_by_batch_size.schedule_for(model_runner)``
-    (see :mod:`sglang_spec_plugins.widths_by_batch_size`). ``widths_by_batch_size`` in the
-    algorithm's plugins.toml table, when set, is used instead and this hook is
-    not asked. Unlike the other per-algorithm hooks, ``None`` is a valid
+    ``sglang_spec_plugins.worker.StepWidths(model_runner).at(batch_size)``.
+    ``widths_by_batch_size`` in the algorithm's plugins.toml table, when set,
+    is used instead and this hook is not asked. Unlike the other per-algorithm hooks, ``None`` is a valid
     answer for the plugin's own algorithm.
     """
 

@@ -141,8 +141,9 @@ class Worker(worker_base()):
     def forward_batch_generation(self, batch, **kwargs):
         """One scheduler step: draft, run the target's TARGET_VERIFY forward at
         the step's width, accept, and return SGLang's GenerationBatchResult
-        (see the README's worker contract table and the prompt-lookup
-        example's worker, which does all of this). A decode step asks its
+        (see docs/reference/worker-contract.md in the sglang-spec-plugins
+        repository, and the prompt-lookup example's worker, which does all of
+        this). A decode step asks its
         width first, before drafting:
             width = self.widths.at(len(batch.reqs))"""
         raise NotImplementedError("{algorithm}: supply the drafter here")

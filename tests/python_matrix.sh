@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The SGLang-free tests (README, Testing) on Python 3.10, 3.11, 3.12 and 3.13, each in a fresh venv under
+# The SGLang-free tests (docs/explanation/testing.md) on Python 3.10, 3.11, 3.12 and 3.13, each in a fresh venv under
 # .matrix/<version> with only this package and its test extra (pytest, hypothesis, setuptools) from PyPI.
 # Interpreter per version, first found: python3.X on PATH, pyenv's ($PYENV_ROOT or ~/.pyenv), uv's
 # (`uv python install`; it downloads from GitHub, which some machines cannot reach). A version not

@@ -1,6 +1,6 @@
 """``attention_support`` on the installed release against what each backend
-does, written down per release from the wheels (sglang-compat.md, README's
-"Attention backends") and from the oracle tests, rather than from the probes
+does, written down per release from the wheels (sglang-compat.md,
+docs/operators/attention-backends.md) and from the oracle tests, rather than from the probes
 that ``attention_support`` reads: a probe that misreads a release shows up
 here as a wrong verdict.
 
