@@ -183,7 +183,7 @@ it has no PyPI release yet)
 ```bash
 pip install -e '.[test]'
 pytest                                   # your tests + the sglang-spec-plugins conformance kit
-sglang-spec-plugins check -n 16          # what SGLang will be told
+sglang-spec-plugins check -n 16 --disable-overlap-schedule   # what SGLang will be told, with the flags below
 python -m sglang.launch_server --model-path ... --speculative-algorithm {algorithm} \\
     --speculative-num-draft-tokens 16 --disable-overlap-schedule
 ```
