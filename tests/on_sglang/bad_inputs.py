@@ -47,6 +47,8 @@ class Case:
     """``"sm90"``: the machine reports a Hopper GPU (SGLang's ``is_sm90_supported``, a GPU-only name, stands in)."""
     targets: Dict[str, str] = field(default_factory=dict)
     """plugin name -> ``module:attr`` its entry point names (default: the module ``<name>_mod``)."""
+    algorithm: str = "BAD"
+    """The algorithm whose widths an ``ndt`` case asks for."""
 
 
 def plugin(body: str) -> str:
@@ -100,22 +102,72 @@ def _fifo(path: Path) -> Path:
     return path
 
 
-def agreement_of(records: Dict[str, dict]) -> Callable[[Path], Dict[str, str]]:
-    """A server agreement another process of the same server already wrote
-    (``records``: file name -> content), named in the environment."""
+def agreement_of(records: Dict[str, object]) -> Callable[[Path], Dict[str, str]]:
+    """A server agreement that another, running process of the same server (this
+    test process's parent, an ancestor as a launcher is) already wrote, named in
+    the environment: ``records`` maps an answer (``"fingerprint"``, or
+    ``"ALGORITHM: call"``) to the value recorded for it."""
 
     def setup(root: Path) -> Dict[str, str]:
-        (root / "plugins.toml").write_text(WIDTH)
-        where = root / "agreement"
-        where.mkdir()
-        for name, data in records.items():
-            (where / name).write_text(json.dumps(data))
+        from sglang_spec_plugins import agreement
+
+        where = _agreement_dir(root)
+        parent = os.getppid()
+        for answer, value in records.items():
+            agreement.record_file(where, answer).write_text(json.dumps({
+                "answer": answer, "value": value, "process": f"pid {parent} (MainProcess, launch_server.py)",
+                "pid": parent, "started": agreement.started(parent)}))
         return {"SGLANG_SPEC_PLUGINS_CONFIG": str(root / "plugins.toml"), "SGLANG_SPEC_PLUGINS_AGREEMENT": str(where)}
 
     return setup
 
 
-LAUNCHER = "pid 1 (MainProcess, launch_server.py)"
+def agreement_holding(files: Dict[str, Optional[str]], dead: bool = False) -> Callable[[Path], Dict[str, str]]:
+    """A reused agreement directory holding ``files`` (answer -> the text of the
+    file it is recorded in; None: a directory in its place); ``dead``: ``{pid}``
+    in a text is the pid of a process that has exited (a record an earlier
+    server left)."""
+
+    def setup(root: Path) -> Dict[str, str]:
+        from sglang_spec_plugins import agreement
+
+        where = _agreement_dir(root)
+        pid = _exited_pid() if dead else os.getppid()
+        for answer, text in files.items():
+            path = agreement.record_file(where, answer)
+            if text is None:
+                path.mkdir()
+            else:
+                path.write_text(text.replace("{pid}", str(pid)))
+        return {"SGLANG_SPEC_PLUGINS_CONFIG": str(root / "plugins.toml"), "SGLANG_SPEC_PLUGINS_AGREEMENT": str(where)}
+
+    return setup
+
+
+def _agreement_dir(root: Path) -> Path:
+    (root / "plugins.toml").write_text(WIDTH)
+    where = root / "agreement"
+    where.mkdir()
+    return where
+
+
+def _exited_pid() -> int:
+    import subprocess
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    return gone.pid
+
+
+def agreement_file(root: Path) -> Dict[str, str]:
+    """``SGLANG_SPEC_PLUGINS_AGREEMENT`` naming a regular file."""
+    (root / "plugins.toml").write_text(WIDTH)
+    (root / "agreement").write_text("notes\n")
+    return {"SGLANG_SPEC_PLUGINS_CONFIG": str(root / "plugins.toml"), "SGLANG_SPEC_PLUGINS_AGREEMENT": str(root / "agreement")}
+
+
+LAUNCHER = r"pid \d+ \(MainProcess, launch_server.py\)"
+"""How the messages name the process that wrote :func:`agreement_of`'s records."""
 
 
 def _dangling(path: Path) -> Path:
@@ -123,9 +175,13 @@ def _dangling(path: Path) -> Path:
     return path
 
 
-def starting(forward: str, returns: str = "Worker", width: Optional[str] = None, validator: Optional[str] = None) -> str:
+def starting(forward: str, returns: str = "Worker", width: Optional[str] = None, validator: Optional[str] = None,
+             member: str = "pass", factory: str = "pass") -> str:
     """A plugin whose worker factory returns ``returns`` (default: a class built on worker_base() with
-    ``forward``), with ``supports_overlap=False``, an optional width expression and validator body."""
+    ``forward``, e.g. ``async def forward_batch_generation(...)``, and the class statement ``member``), after
+    running the statement ``factory``, with ``supports_overlap=False``, an optional width expression and
+    validator body."""
+    forward = forward if forward.startswith("async ") else f"def {forward}"
     source = plugin(f"""
         def _validate(args):
             {validator or "pass"}
@@ -133,8 +189,12 @@ def starting(forward: str, returns: str = "Worker", width: Optional[str] = None,
         def _factory(server_args):
             from sglang_spec_plugins.worker import worker_base
 
+            {factory}
+
             class Worker(worker_base()):
-                def {forward}:
+                {member}
+
+                {forward}:
                     raise NotImplementedError
 
             return {returns}
@@ -155,6 +215,14 @@ DP_ATTENTION = {"enable_dp_attention": True, "dp_size": 2, "tp_size": 2}
 """Attention data parallelism over two ranks (``check`` gets ``--enable-dp-attention``)."""
 
 BAD = "[plugins]\nenable = ['sbd', 'bad']\n"
+AGREED = r"\S+/agreement/"
+"""The agreement directory of :func:`agreement_holding` (its path)."""
+REMOVE_IT = (r"no process writes one \(records are written whole\): remove it, or the directory \S+/agreement, or unset "
+             r"SGLANG_SPEC_PLUGINS_AGREEMENT")
+NOT_WITH_DP = (r"which are not served with DP attention \(--enable-dp-attention or --attn-dp-size above 1; SGLang pads every "
+               r"DP rank's decode batch to the largest rank's\)")
+WEIRD = "class Weird(Exception):\n    def __str__(self):\n        raise ValueError('bad str')\n"
+"""An exception whose message cannot be shown."""
 SKIPPING = "[plugins]\nenable = ['sbd', 'dflash_block', 'bad']\non_error = 'skip'\n"
 WIDTH = "[plugins]\nenable = ['bad']\n"
 BY_BATCH = "[algorithms.BAD]\nmax_tokens_per_req = 6\nwidths_by_batch_size = {1 = 6, 2 = 4, 4 = 2}\n"
@@ -346,10 +414,10 @@ CASES = [
          {"bad": starting("forward_batch_generation(self, batch, **kwargs)")}, start=dict(FLAGS, attention_backend="trtllm_mha"), until="0.5.20", gpu="sm90"),
     Case("validator AssertionError", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: validate_server_args refused --speculative-num-draft-tokens 4: AssertionError: blocks of 16 only", WIDTH,
          {"bad": starting("forward_batch_generation(self, batch, **kwargs)", validator="assert args.speculative_num_draft_tokens == 16, 'blocks of 16 only'")}, start=FLAGS),
-    Case("widths by batch with DP attention", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: \[algorithms.BAD\] widths_by_batch_size in {cfg} gives widths by batch size \{1 = 4, 8 = 2\}, which are not served with --enable-dp-attention \(SGLang pads every DP rank's decode batch to the largest rank's\)",
+    Case("widths by batch with DP attention", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: \[algorithms.BAD\] widths_by_batch_size in {cfg} gives widths by batch size \{1 = 4, 8 = 2\}, " + NOT_WITH_DP,
          WIDTH + "[algorithms.BAD]\nwidths_by_batch_size = {1 = 4, 8 = 2}\n", {"bad": starting("forward_batch_generation(self, batch, **kwargs)")},
          start=dict(FLAGS, **DP_ATTENTION)),
-    Case("widths hook with DP attention", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: sgl_spec_widths_by_batch_size\(num_draft_tokens=4, is_draft_worker=False\) gives widths by batch size \{1 = 4, 16 = 2\}, which are not served with --enable-dp-attention",
+    Case("widths hook with DP attention", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: sgl_spec_widths_by_batch_size\(num_draft_tokens=4, is_draft_worker=False\) gives widths by batch size \{1 = 4, 16 = 2\}, " + NOT_WITH_DP,
          WIDTH, {"bad": with_hook(starting("forward_batch_generation(self, batch, **kwargs)"),
                                   "@hookimpl\ndef sgl_spec_widths_by_batch_size(algorithm):\n    return {1: 4, 16: 2} if algorithm == 'BAD' else None\n")},
          start=dict(FLAGS, **DP_ATTENTION)),
@@ -390,10 +458,11 @@ CASES = [
          WIDTH, {"bad": with_hook(simple_plugin("BAD", width="W(4)"), "class W(int):\n    def __ne__(self, other):\n        raise TypeError('no')\n")}, ndt=8),
     Case("width hook raises a BaseException", r"sgl_spec_verify_width\(num_draft_tokens=8, is_draft_worker=False\) raised bad_mod.Stop: later \(a BaseException that is not an Exception\)",
          WIDTH, {"bad": with_hook(simple_plugin("BAD", width="stop()"), "class Stop(BaseException):\n    pass\ndef stop():\n    raise Stop('later')\n")}, ndt=8),
-    Case("another process's fingerprint", r"this process \(pid \d+ \(MainProcess, .*\)\) has fingerprint [0-9a-f]{16}, but pid 1 \(MainProcess, launch_server.py\) of the same server has 0123456789abcdef: they load other plugins",
-         None, {"bad": simple_plugin("BAD", width="2")}, setup=agreement_of({"fingerprint.json": {"fingerprint": "0123456789abcdef", "process": LAUNCHER}})),
-    Case("another process's width", r"algorithm BAD \(plugin 'bad'\): sgl_spec_verify_width\(num_draft_tokens=8, is_draft_worker=False\) is 2 in this process \(pid \d+ .*\) but 4 in pid 1 \(MainProcess, launch_server.py\) of the same server: the plugin's answer depends on the process",
-         None, {"bad": simple_plugin("BAD", width="2")}, ndt=8, setup=agreement_of({"width.BAD.8.target.json": {"width": 4, "process": LAUNCHER}})),
+    Case("another process's fingerprint", r"this process \(pid \d+ \(MainProcess, .*\)\) has fingerprint [0-9a-f]{16}, but " + LAUNCHER + r" of the same server has 0123456789abcdef: they load other plugins",
+         None, {"bad": simple_plugin("BAD", width="2")}, setup=agreement_of({"fingerprint": "0123456789abcdef"})),
+    Case("another process's width", r"algorithm BAD \(plugin 'bad'\): sgl_spec_verify_width\(num_draft_tokens=8, is_draft_worker=False\) is 2 in this process \(pid \d+ .*\) but 4 in " + LAUNCHER + r" of the same server: the plugin's answer depends on the process",
+         None, {"bad": simple_plugin("BAD", width="2")}, ndt=8,
+         setup=agreement_of({"BAD: sgl_spec_verify_width(num_draft_tokens=8, is_draft_worker=False)": 4})),
     Case("widths by batch above max", r"\[algorithms.BAD\] widths_by_batch_size = \{1 = 16, 8 = 8\} in {cfg}: width 16 is above the maximum width 8 at speculative_num_draft_tokens=8",
          WIDTH + "[algorithms.BAD]\nwidths_by_batch_size = {1 = 16, 8 = 8}\n", {"bad": simple_plugin("BAD")}, ndt=8),
     Case("widths hook above max", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: sgl_spec_widths_by_batch_size\(num_draft_tokens=8, is_draft_worker=False\) returned \{1 = 16, 8 = 4\}; width 16 is above the maximum width 8",
@@ -406,24 +475,90 @@ CASES = [
          {"bad": simple_plugin("BAD", width="num_draft_tokens // 0")}, ndt=8),
     Case("width hook exits", r"sgl_spec_verify_width\(num_draft_tokens=8, is_draft_worker=False\) raised SystemExit \(it called sys.exit\(7\)\)", WIDTH,
          {"bad": simple_plugin("BAD", width="__import__('sys').exit(7)")}, ndt=8),
+    # --- the agreement directory, as a machine holds it (issue 24) ---
+    Case("agreement a regular file", r"SGLANG_SPEC_PLUGINS_AGREEMENT=\S+/agreement: a regular file, not a directory; unset SGLANG_SPEC_PLUGINS_AGREEMENT \(the server's first process then makes a fresh directory\) or name a directory",
+         None, {"bad": simple_plugin("BAD", width="2")}, setup=agreement_file),
+    Case("agreement record truncated", AGREED + r"fingerprint.json: not an agreement record \(not JSON: Unterminated string .*\); " + REMOVE_IT,
+         None, {"bad": simple_plugin("BAD", width="2")}, setup=agreement_holding({"fingerprint": '{"answer": "fingerprint", "value": "0123'})),
+    Case("agreement record a directory", AGREED + r"fingerprint.json: not an agreement record \(a directory, not a regular file\); " + REMOVE_IT,
+         None, {"bad": simple_plugin("BAD", width="2")}, setup=agreement_holding({"fingerprint": None})),
+    Case("agreement record of another shape", AGREED + r"fingerprint.json: not an agreement record \(it holds \[1, 2\], not an object with answer, value, process, pid and started\); " + REMOVE_IT,
+         None, {"bad": simple_plugin("BAD", width="2")}, setup=agreement_holding({"fingerprint": "[1, 2]"})),
+    Case("agreement record of an exited process", AGREED + r"fingerprint.json was recorded by pid \d+ \(MainProcess, launch_server.py\), which is no longer running: a record an earlier server left in a reused directory; remove \S+/agreement \(or the files in it\), or unset SGLANG_SPEC_PLUGINS_AGREEMENT",
+         None, {"bad": simple_plugin("BAD", width="2")}, setup=agreement_holding(
+             {"fingerprint": '{"answer": "fingerprint", "value": "0123456789abcdef", "process": "pid {pid} (MainProcess, launch_server.py)", "pid": {pid}, "started": 1}'}, dead=True)),
+    Case("agreement width record empty", r"\S+/agreement/answer\.[0-9a-f]{16}\.json: not an agreement record \(empty\); " + REMOVE_IT,
+         None, {"bad": simple_plugin("BAD", width="2")}, ndt=8,
+         setup=agreement_holding({"BAD: sgl_spec_verify_width(num_draft_tokens=8, is_draft_worker=False)": ""})),
+    # --- DP attention, as each release resolves it (0.5.23: --attn-dp-size) ---
+    Case("widths by batch with --attn-dp-size", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: \[algorithms.BAD\] widths_by_batch_size in {cfg} gives widths by batch size \{1 = 4, 8 = 2\}, " + NOT_WITH_DP,
+         WIDTH + "[algorithms.BAD]\nwidths_by_batch_size = {1 = 4, 8 = 2}\n", {"bad": starting("forward_batch_generation(self, batch, **kwargs)")},
+         start=dict(FLAGS, attn_dp_size=2, tp_size=2), since="0.5.23"),
+    # --- plugin code that misbehaves: still the plugin's fault, by name (issue 24) ---
+    Case("widths answer whose len() raises", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: reading what sgl_spec_widths_by_batch_size\(num_draft_tokens=8, is_draft_worker=False\) returned \(a bad_mod.Widths\) raised RuntimeError: no len",
+         WIDTH, {"bad": with_hook(simple_plugin("BAD", widths="Widths({1: 2})"), "class Widths(dict):\n    def __len__(self):\n        raise RuntimeError('no len')\n")}, ndt=8),
+    Case("widths answer whose iteration raises", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: reading what sgl_spec_widths_by_batch_size\(num_draft_tokens=8, is_draft_worker=False\) returned \(a bad_mod.Widths\) raised RuntimeError: no iter",
+         WIDTH, {"bad": with_hook(simple_plugin("BAD", widths="Widths()"), "import collections.abc\nclass Widths(collections.abc.Mapping):\n    def __getitem__(self, key):\n        return 2\n    def __len__(self):\n        return 1\n    def __iter__(self):\n        raise RuntimeError('no iter')\n")}, ndt=8),
+    Case("width hook raises what cannot be shown", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: sgl_spec_verify_width\(num_draft_tokens=8, is_draft_worker=False\) raised Weird \(its message cannot be shown: str\(\) of it raised ValueError: bad str\)",
+         WIDTH, {"bad": with_hook(simple_plugin("BAD", width="fail()"), WEIRD + "def fail():\n    raise Weird()\n")}, ndt=8),
+    Case("import raises what cannot be shown", r"plugin 'bad' \(bad-drafter==1.0\): cannot import bad_mod: Weird \(its message cannot be shown: str\(\) of it raised ValueError: bad str\)", BAD,
+         {"bad": WEIRD + "raise Weird()\n"}),
+    # --- settings that went silent (issue 24) ---
+    Case("typo in a table name beside an unreadable plugin", r"\A{cfg}: \[algorithms.SDB\]: unknown algorithm; no installed plugin offers it \(did you mean SBD, offered by 'sbd'\?\); the source of 'other' \(installed, not loaded\) cannot be read \(no module other_missing_mod\): if 'other' offers SDB, name it with plugin = \"other\"",
+         "[plugins]\nenable = ['sbd']\n[algorithms.SDB]\nverify_width = 4\n", {"other": offers("OTHER")}, targets={"other": "other_missing_mod"}),
+    Case("verify_width zero beside widths by batch", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: sgl_spec_verify_width\(num_draft_tokens=4, is_draft_worker=False\) returned 0; it must be an int from 1 to the maximum width 8",
+         WIDTH + "[algorithms.BAD]\nmax_tokens_per_req = 8\nverify_width = 0\nwidths_by_batch_size = {1 = 4, 8 = 2}\n",
+         {"bad": simple_plugin("BAD", width="settings.get('verify_width', num_draft_tokens)")}, ndt=4),
+    Case("verify_width a string beside widths by batch", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: sgl_spec_verify_width\(num_draft_tokens=4, is_draft_worker=False\) returned 'three', a str, not an int",
+         WIDTH + "[algorithms.BAD]\nmax_tokens_per_req = 8\nverify_width = 'three'\nwidths_by_batch_size = {1 = 4, 8 = 2}\n",
+         {"bad": simple_plugin("BAD", width="settings.get('verify_width', num_draft_tokens)")}, ndt=4),
+    Case("validator returns False", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: validate_server_args returned False; SGLang ignores what a validator returns: return None to accept the arguments, or raise ValueError saying what to change",
+         WIDTH, {"bad": starting("forward_batch_generation(self, batch, **kwargs)", validator="return False")}, start=FLAGS),
+    # --- found only after the weights loaded, now while SGLang resolves its arguments (issue 24) ---
+    Case("prompt lookup n-grams reversed beside widths by batch", r"plugin 'prompt_lookup' \(sglang-spec-example-prompt-lookup==0.1.0\): algorithm PROMPT_LOOKUP: sgl_spec_verify_width\(num_draft_tokens=4, is_draft_worker=False\) raised ValueError: \[algorithms.PROMPT_LOOKUP\] min_ngram = 2 is above max_ngram = 1",
+         "[plugins]\nenable = ['prompt_lookup']\n[algorithms.PROMPT_LOOKUP]\nmax_tokens_per_req = 4\nmax_ngram = 1\nmin_ngram = 2\nwidths_by_batch_size = {1 = 4, 8 = 2}\n",
+         start=dict(FLAGS, speculative_algorithm="PROMPT_LOOKUP", attention_backend="triton"), since="0.5.14"),
+    Case("prompt lookup max_ngram zero beside widths by batch", r"plugin 'prompt_lookup' \(sglang-spec-example-prompt-lookup==0.1.0\): algorithm PROMPT_LOOKUP: sgl_spec_verify_width\(num_draft_tokens=4, is_draft_worker=False\) raised ValueError: \[algorithms.PROMPT_LOOKUP\] max_ngram = 0: it must be an int >= 1",
+         "[plugins]\nenable = ['prompt_lookup']\n[algorithms.PROMPT_LOOKUP]\nmax_tokens_per_req = 4\nmax_ngram = 0\nwidths_by_batch_size = {1 = 4, 8 = 2}\n",
+         ndt=4, algorithm="PROMPT_LOOKUP"),
+    Case("worker init_cuda_graphs is None", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: Worker.init_cuda_graphs is None, not a method, but SGLang [0-9.post]+ calls it on every speculative worker \(managers/scheduler.py:\d+\)",
+         WIDTH, {"bad": starting("forward_batch_generation(self, batch, **kwargs)", member="init_cuda_graphs = None")}, start=FLAGS),
+    Case("worker forward is async", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: Worker.forward_batch_generation is a coroutine function \(async def\): SGLang [0-9.post]+ calls it and uses what it returns, which would be a coroutine object; make it a plain def",
+         WIDTH, {"bad": starting("async def forward_batch_generation(self, batch, **kwargs)")}, start=FLAGS),
 ]
 
 
 def resolve_server_args(**fields):
-    """SGLang's own ``ServerArgs`` with ``fields``, passed through the release's own speculative-argument
-    handler (``arg_groups/speculative_hook.handle_speculative_decoding``, 0.5.13+; ``ServerArgs.
-    _handle_speculative_decoding`` on 0.5.12.x), where SGLang calls the algorithm's validate_server_args."""
-    import importlib
+    """SGLang's own ``ServerArgs`` for ``fields`` resolved as ``launch_server`` resolves them: the command line
+    through the release's ``prepare_server_args`` (``--model-path`` a two-layer Llama config, on the CPU), then
+    its whole resolution (in ``ServerArgs.__post_init__`` up to 0.5.22; ``resolve_once`` on 0.5.23, which
+    rewrites ``--enable-dp-attention`` into ``attn_dp_size`` first), where SGLang's speculative handler calls
+    the algorithm's validate_server_args."""
+    from sglang.srt.server_args import prepare_server_args
 
-    from sglang.srt.server_args import ServerArgs
-
-    args = ServerArgs(model_path="dummy", **fields)
-    try:
-        handler = importlib.import_module("sglang.srt.arg_groups.speculative_hook").handle_speculative_decoding
-    except ModuleNotFoundError:
-        handler = args._handle_speculative_decoding.__func__
-    handler(args)
+    argv = ["--model-path", str(_tiny_model()), "--device", "cpu", "--load-format", "dummy", "--skip-tokenizer-init"]
+    for name, value in fields.items():
+        flag = "--" + name.replace("_", "-")
+        if value is True:
+            argv.append(flag)
+        elif value not in (False, None):
+            argv += [flag, str(value)]
+    args = prepare_server_args(argv)
+    if hasattr(args, "resolve_once"):  # 0.5.23: construction leaves the arguments unresolved
+        args.resolve_once()
     return args
+
+
+def _tiny_model() -> Path:
+    import tempfile
+
+    from sglang_spec_plugins.testing.scheduler_start import TINY_LLAMA
+
+    model = Path(tempfile.gettempdir()) / f"sglang-spec-plugins-tests-tiny-llama-{os.getpid()}"
+    if not (model / "config.json").exists():
+        model.mkdir(exist_ok=True)
+        (model / "config.json").write_text(json.dumps(TINY_LLAMA))
+    return model
 
 
 def check_flags(case: Case) -> List[str]:
@@ -432,7 +567,8 @@ def check_flags(case: Case) -> List[str]:
     ndt = fields.get("speculative_num_draft_tokens", case.ndt)
     return ([f"-n{ndt}"] if ndt else []) + (["--disable-overlap-schedule"] if fields.get("disable_overlap_schedule") else []) \
         + ([f"--attention-backend={fields['attention_backend']}"] if fields.get("attention_backend") else []) \
-        + (["--enable-dp-attention"] if fields.get("enable_dp_attention") else [])
+        + (["--enable-dp-attention"] if fields.get("enable_dp_attention") else []) \
+        + ([f"--attn-dp-size={fields['attn_dp_size']}"] if fields.get("attn_dp_size") else [])
 
 
 def prepare(case: Case, root: Path, site) -> Dict[str, str]:

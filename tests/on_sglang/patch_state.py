@@ -33,3 +33,21 @@ def assert_untouched(targets):
     assert not any(p.applied for p in PATCHES)
     for name, (owner, attr, func) in targets.items():
         assert vars(owner)[attr] is func, f"{name} is still patched"
+
+
+def snapshot(targets):
+    """What SGLang holds now: every registered algorithm (name -> object), and for
+    every patch target the function its owner holds and whether its patch is
+    applied; compare two with ``==``."""
+    from sglang.srt.speculative import spec_registry
+
+    return {"registry": dict(spec_registry._REGISTRY), "applied": {p.name: p.applied for p in PATCHES},
+            "functions": {name: vars(owner)[attr] for name, (owner, attr, _) in targets.items()}}
+
+
+def assert_unchanged(before, targets, what):
+    """SGLang holds exactly what it held in ``before`` (after ``what`` refused)."""
+    now = snapshot(targets)
+    for key in before:
+        changed = sorted(k for k in before[key].keys() | now[key].keys() if before[key].get(k) is not now[key].get(k))
+        assert not changed, f"after {what}, {key} changed: {changed}"

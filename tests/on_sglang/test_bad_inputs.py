@@ -14,10 +14,10 @@ import pytest
 from importlib import metadata
 from packaging.version import Version
 
-from bad_inputs import BAD, CASES, SKIPPING, Case, check_flags, expected, offers, plugin, prepare, resolve_server_args, with_hook
+from bad_inputs import BAD, CASES, SKIPPING, WEIRD, Case, check_flags, expected, offers, plugin, prepare, resolve_server_args, with_hook
 from sglang_spec_plugins.testing.cpu import reset_plugin_state, run_sglang_plugin_loading
 from sglang_spec_plugins import cli
-from patch_state import assert_untouched, importable_targets, plugin_algorithms
+from patch_state import assert_unchanged, assert_untouched, importable_targets, plugin_algorithms, snapshot
 from sglang_spec_plugins.errors import SpecPluginError, StartupRefused
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,32 +53,37 @@ def case_env(site, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_sglang_load_plugins_refuses_naming_the_source(case, case_env, patch_targets):
+    """Every case, where SGLang meets it: its plugin loading, or the resolution of its server arguments, or
+    the widths at a num_draft_tokens. After the refusal SGLang holds exactly what it held before the refused
+    step: nothing registered or patched after a refused load, the loaded algorithms and patches unchanged
+    after a refused resolution."""
     message = case_env(case)
-    if case.start is not None:  # SGLang resolves its server arguments: our validate_server_args refuses there
-        run_sglang_plugin_loading()
-        with pytest.raises(SpecPluginError) as info:
-            resolve_server_args(**case.start)
-        assert re.search(message, str(info.value)), str(info.value)
-        assert "(found while SGLang resolved its server arguments, before loading any weights)" in str(info.value)
-        return
-    if case.ndt is None:
+    if case.ndt is None and case.start is None:
         with pytest.raises(StartupRefused) as info:
             run_sglang_plugin_loading()
         assert re.search(message, str(info.value.cause)), str(info.value.cause)
         assert_untouched(patch_targets)
         return
-    run_sglang_plugin_loading()  # the widths are asked when SGLang resolves its arguments
-    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
-
-    algorithm = SpeculativeAlgorithm.from_string("BAD")
+    run_sglang_plugin_loading()
+    before = snapshot(patch_targets)
     with pytest.raises(SpecPluginError) as info:
-        algorithm.handle_server_args(types.SimpleNamespace(speculative_num_draft_tokens=case.ndt))
+        if case.start is not None:  # SGLang resolves its server arguments: our validate_server_args refuses there
+            resolve_server_args(**case.start)
+        else:  # the widths at one num_draft_tokens, as SGLang asks while it resolves its arguments
+            from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+            SpeculativeAlgorithm.from_string(case.algorithm).handle_server_args(
+                types.SimpleNamespace(speculative_num_draft_tokens=case.ndt))
     assert re.search(message, str(info.value)), str(info.value)
+    if case.start is not None:
+        assert "(found while SGLang resolved its server arguments, before loading any weights)" in str(info.value)
+    assert_unchanged(before, patch_targets, f"the refusal of {case.id!r}")
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_check_reports_it(case, case_env, capsys):
+def test_check_reports_it(case, case_env, capsys, patch_targets):
     message = case_env(case)
+    before = snapshot(patch_targets)
     argv = ["check", "--json", "--single-process"] + check_flags(case)
     assert cli.main(argv) == 1
     out = capsys.readouterr()
@@ -86,6 +91,7 @@ def test_check_reports_it(case, case_env, capsys):
     assert report["ok"] is False
     assert any(re.search(message, line) for line in ["\n".join(report["problems"])] + report["problems"]), report["problems"]
     assert out.err == ""
+    assert_unchanged(before, patch_targets, f"check's report of {case.id!r}")
 
 
 def test_trtllm_mha_on_sm90_starts_from_0_5_21(case_env, capsys):
@@ -159,6 +165,10 @@ SKIP_CASES = {
     "pytest.skip at import": "import pytest\npytest.skip('needs a GPU', allow_module_level=True)\n",
     "BaseException from a hook": with_hook(offers(), "class Stop(BaseException):\n    pass\n@hookimpl\ndef sgl_spec_draft_may_verify(algorithm):\n    raise Stop('x')\n"),
     "wrapper": with_hook(offers(), "@hookimpl(wrapper=True)\ndef sgl_spec_verify_width():\n    return (yield)\n"),
+    "draft hook raises what cannot be shown": with_hook(offers(), WEIRD + "@hookimpl\ndef sgl_spec_draft_may_verify(algorithm):\n    raise Weird()\n"),
+    "import raises what cannot be shown": WEIRD + "raise Weird()\n",
+    "algorithms whose iteration raises": plugin("class Specs(list):\n    def __iter__(self):\n        raise RuntimeError('no iter')\n"
+                                                "@hookimpl\ndef sgl_spec_algorithms():\n    return Specs()\n"),
 }
 
 
