@@ -21,8 +21,8 @@ WIDTH = "int(__import__('os').environ.get('SKEW_WIDTH', '4'))"
 """A width that depends on the process (its environment): what item 10 is about."""
 
 
-def run_ranks(tmp_path, ranks):
-    launcher_site = make_dist(tmp_path / "site1", "skew-drafter", {"skew": "skew_mod"}, {"skew_mod": simple_plugin("SKEW", width=WIDTH)})
+def run_ranks(tmp_path, ranks, source=simple_plugin("SKEW", width=WIDTH)):
+    launcher_site = make_dist(tmp_path / "site1", "skew-drafter", {"skew": "skew_mod"}, {"skew_mod": source})
     other_version = make_dist(tmp_path / "site2", "skew-drafter", {"skew": "skew_mod"}, {"skew_mod": simple_plugin("SKEW", width=WIDTH, draft="True")}, version="1.1")
     (tmp_path / "plugins.toml").write_text(CONFIG)
     (tmp_path / "other.toml").write_text(CONFIG + "verify_hint = 2\n")
@@ -65,6 +65,27 @@ def test_ranks_agree_or_the_one_that_differs_is_refused(tmp_path):
         "depends on the process, and ranks that verify different widths produce wrong tokens"), other_width["message"]
 
 
+WIDTHS = "{1: int(__import__('os').environ.get('SKEW_W1', '4')), int(__import__('os').environ.get('SKEW_FROM', '8')): 2}"
+"""Widths by batch size that depend on the process (its environment): launcher ``{1 = 4, 8 = 2}``."""
+
+
+def test_ranks_agree_on_widths_by_batch_size_or_the_one_that_differs_is_refused(tmp_path):
+    """Issue 24 item 2: a rank whose hook answers ``{1 = 2, 8 = 2}`` (another maximum) or ``{1 = 4, 16 = 2}``
+    (the same maximum, other buckets) against the launcher's ``{1 = 4, 8 = 2}``, each refused naming both
+    answers and both processes; a rank with the launcher's answer starts."""
+    lines = run_ranks(tmp_path, [{}, {"env": {"SKEW_W1": "2"}}, {"env": {"SKEW_FROM": "16"}}],
+                      simple_plugin("SKEW", widths=WIDTHS))
+    launcher, same, other_maximum, other_buckets = lines
+    assert launcher["outcome"] == "ok" and same["outcome"] == "ok", lines
+    for rank, answer in ((other_maximum, "{1 = 2, 8 = 2}"), (other_buckets, "{1 = 4, 16 = 2}")):
+        assert rank["outcome"] == "refused", rank
+        assert rank["message"] == (
+            f"algorithm SKEW (plugin 'skew'): sgl_spec_verify_widths(num_draft_tokens=8, is_draft_worker=False) is "
+            f"{answer} in this process (pid {rank['pid']} (SpawnProcess-{rank['rank']}, launcher_and_ranks.py)) but "
+            f"{{1 = 4, 8 = 2}} in pid {launcher['pid']} (MainProcess, launcher_and_ranks.py) of the same server: the "
+            "plugin's answer depends on the process, and ranks that verify different widths produce wrong tokens"), rank
+
+
 def _join(fingerprint, queue):
     from sglang_spec_plugins import agreement
 
@@ -82,7 +103,12 @@ def test_only_processes_spawned_from_the_creator_join(tmp_path, monkeypatch):
 
     where = tmp_path / "agreement"
     where.mkdir()
-    (where / "fingerprint.json").write_text(json.dumps({"fingerprint": "0123456789abcdef", "process": "pid 1 (x, y)"}))
+    from sglang_spec_plugins import agreement
+
+    parent = os.getppid()  # alive, and an ancestor of every process this test starts
+    agreement.record_file(where, "fingerprint").write_text(json.dumps(
+        {"answer": "fingerprint", "value": "0123456789abcdef", "process": "pid 1 (x, y)", "pid": parent,
+         "started": agreement.started(parent)}))
     monkeypatch.setenv("SGLANG_SPEC_PLUGINS_AGREEMENT", str(where))
     code = "from sglang_spec_plugins import agreement; print(agreement.join('fedcba9876543210'))"
 
