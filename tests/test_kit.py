@@ -16,15 +16,18 @@ from dists import PLUGIN_HEADER, make_dist, simple_plugin
 CPU_CHECKS = "not sglang_"
 
 
-def kit(site_path, cwd, plugins, *, select=CPU_CHECKS, extra=()):
-    """Run pytest with the kit on ``plugins`` in an empty project; return (rc, output)."""
+def kit(site_path, cwd, plugins, *, select=CPU_CHECKS, extra=(), env=None):
+    """Run pytest with the kit on ``plugins`` in an empty project (``select``: its ``-k``, None: every item;
+    ``env``: added to the environment); return (rc, output)."""
     cwd.mkdir(exist_ok=True)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site_path), os.environ.get("PYTHONPATH", "")]))
-    for name in ("SGLANG_SPEC_PLUGINS", "SGLANG_SPEC_PLUGINS_CONFIG"):
-        env.pop(name, None)
+    environ = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site_path), os.environ.get("PYTHONPATH", "")]))
+    for name in ("SGLANG_SPEC_PLUGINS", "SGLANG_SPEC_PLUGINS_CONFIG", "SGLANG_SPEC_PLUGINS_AGREEMENT"):
+        environ.pop(name, None)
+    environ.update(env or {})
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "sglang_spec_plugins.testing",
-           *[arg for name in plugins for arg in ("--sglang-spec-plugin", name)], "-k", select, "-rfs", *extra]
-    out = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+           *[arg for name in plugins for arg in ("--sglang-spec-plugin", name)], *(("-k", select) if select else ()),
+           "-rfs", *extra]
+    out = subprocess.run(cmd, cwd=cwd, env=environ, capture_output=True, text=True, timeout=600)
     return out.returncode, out.stdout + out.stderr
 
 
