@@ -206,9 +206,10 @@ def test_bad_batch_is_refused_before_the_layout(make, sbd, case):
     refused_by_the_patches_only(lambda: harness.eager(harness.backend(), fb), message)
 
 
-def test_mla_refuses_a_plugin_width_other_than_ndt(make, patched, sbd):
-    harness = make(mla=True, spec_algorithm=sbd(2))
-    with pytest.raises(EngineError, match=r"algorithm SBD \(plugin 'sbd'\) verifies 2 tokens.*AiterAttnBackend.*MLA.*speculative_num_draft_tokens=4"):
+@pytest.mark.parametrize("width", [2, 6], ids=["below ndt", "above ndt"])
+def test_mla_refuses_a_plugin_width_other_than_ndt(make, patched, sbd, width):
+    harness = make(mla=True, spec_algorithm=sbd(width))
+    with pytest.raises(EngineError, match=rf"algorithm SBD \(plugin 'sbd'\) verifies {width} tokens.*AiterAttnBackend.*MLA.*speculative_num_draft_tokens=4"):
         harness.backend()
 
 

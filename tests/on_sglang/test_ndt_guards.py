@@ -184,6 +184,23 @@ def test_guard_refuses_an_ignored_width(sglang_loaded, backends, patched, backen
         stored_width(backends[backend], algorithm, is_draft_worker)
 
 
+ABOVE = PLUGINS.replace("max_tokens_per_req = 16", "max_tokens_per_req = 32").replace("verify_width = 8", "verify_width = 24")
+"""SBD's target worker verifies 24 tokens per request, above ndt (16)."""
+
+
+@pytest.mark.parametrize("backend", ["FA3", "triton"])
+def test_guard_refuses_a_width_above_ndt(sglang_loaded, backends, patched, backend):
+    """A wider verify is as ignored as a narrower one (the guard compares with !=)."""
+    sglang_loaded(ABOVE)
+    if not ignores_width(backend, False):
+        assert stored_width(backends[backend], "SBD", False) == (24 if stores_width(backend, False) else NDT)
+        return
+    with pytest.raises(EngineError, match=rf"algorithm SBD \(plugin 'sbd'\) verifies 24 tokens per request on the target "
+                       rf"worker at speculative_num_draft_tokens={NDT}, but SGLang {re.escape(probe().version)}'s "
+                       rf"{LABELS[backend]} attention backend lays TARGET_VERIFY out at speculative_num_draft_tokens"):
+        stored_width(backends[backend], "SBD", False)
+
+
 @pytest.mark.parametrize("backend", ["FA3", "triton"])
 def test_guard_passes_builtin_algorithms_and_widths_equal_to_ndt(sglang_loaded, backends, patched, backend):
     sglang_loaded(PLUGINS.replace("verify_width = 8", f"verify_width = {NDT}"))

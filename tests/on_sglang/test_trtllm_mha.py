@@ -297,6 +297,28 @@ def test_xqa_spec_decode_mask_follows_the_width(monkeypatch, sbd, width, phase):
     assert attention() == (width == NDT)
 
 
+def test_xqa_spec_decode_mask_of_each_width_on_one_backend(monkeypatch, sglang_loaded):
+    """Widths by batch size ask one backend for several widths, one step after another: each step gets the
+    mask of its own width (a mask kept for one width and handed to another attends wrongly)."""
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    if trtllm_mha.XQA_MASK.plan(RELEASE).verdict != "apply":
+        pytest.skip(trtllm_mha.XQA_MASK.plan(RELEASE).reason)
+    sglang_loaded("[plugins]\nenable = ['sbd']\n[algorithms.SBD]\nmax_tokens_per_req = 8\n"
+                  "widths_by_batch_size = {1 = 3, 3 = 2}\n")
+    algorithm = SpeculativeAlgorithm.from_string("SBD")
+    steps = [([5, 17, 3], 2), ([9], 3), ([30, 2, 11], 2), ([4], 3)]
+    with h.backend(monkeypatch, NDT, 16, MAX_BS, sm90=True) as attn:
+        gen = torch.Generator().manual_seed(0)
+        for prefixes, width in steps:
+            batch = h.make_batch(attn, prefixes, width, gen)
+            fb = h.forward_batch(batch, attn)
+            fb.spec_algorithm = algorithm
+            h.init_metadata(attn, fb, "eager")
+            got = h.forward(attn, fb, batch)
+            assert torch.allclose(got, h.reference_attention(batch, attn), atol=1e-5, rtol=1e-4), (prefixes, width)
+
+
 @pytest.mark.parametrize("sm90", [True, False], ids=["SM90", "SM100"])
 def test_xqa_verify_refused_exactly_where_forward_extend_passes_no_mask(monkeypatch, sbd, sm90):
     """The start-up refusal of trtllm_mha on an XQA GPU against the release's
