@@ -12,6 +12,8 @@ NEEDS = "SGLang and torch (the CPU harness: examples/quickstart.sh) and the two 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", f"sglang: needs {NEEDS}; deselect with -m 'not sglang', skipped where absent")
+    config.addinivalue_line("markers", "own_releases: runs the SGLang releases it names itself (from .sglang/); the "
+                                       "release matrix (tests/releases.py test) leaves it out")
 
 
 def _sglang_environment() -> bool:

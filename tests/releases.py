@@ -104,13 +104,19 @@ def environ_for(release: str) -> Dict[str, str]:
     return env
 
 
+RELEASE_DEPENDENT = "sglang and not own_releases"
+"""The tests each release of the matrix runs (unless the command names its own): every test under
+tests/on_sglang and every top-level test marked ``sglang`` (what ``check``, ``doctor`` and the kit say
+depends on the release), but those that pick their releases themselves."""
+
+
 def test(releases: List[str], pytest_args: List[str]) -> int:
     results = {}
     for release in releases:
         print(f"\n===== SGLang {release} =====", flush=True)
         started = time.time()
         named = any(a.startswith("tests") or a.endswith(".py") for a in pytest_args)
-        paths = [] if named else ["tests/on_sglang"]
+        paths = [] if named else ["tests", "-m", RELEASE_DEPENDENT]
         cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *paths, *pytest_args]
         results[release] = (subprocess.run(cmd, cwd=ROOT, env=environ_for(release)).returncode, time.time() - started)
     print("\nrelease matrix:")

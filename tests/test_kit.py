@@ -111,11 +111,8 @@ def test_good_plugin_passes_and_sglang_checks_skip_or_run(site, tmp_path):
     assert "4 passed" in output or "5 passed" in output, output  # loads, validate_server_args, answers, pure (+factory)
 
 
+@pytest.mark.sglang
 def test_worker_class_that_does_not_fit(site, tmp_path):
-    from sglang_spec_plugins.testing.checks import sglang_importable
-
-    if not sglang_importable():
-        pytest.skip("needs SGLang")
     install(site.path, "badworker", simple_plugin("BADWORKER"))
     rc, output = kit(site.path, tmp_path / "suite", ["badworker"], select="sglang_worker")
     assert rc == 1, output

@@ -10,7 +10,7 @@ import pytest
 
 import releases
 
-pytestmark = pytest.mark.sglang  # runs SGLang 0.5.10.post1 and 0.5.11 from .sglang/ with torch
+pytestmark = [pytest.mark.sglang, pytest.mark.own_releases]  # runs SGLang 0.5.10.post1 and 0.5.11 from .sglang/ with torch
 
 ROOT = Path(__file__).resolve().parent.parent
 PRELUDE = "from sglang_spec_plugins.testing.cpu import install_stand_ins; install_stand_ins()\n"
