@@ -212,6 +212,9 @@ FLAGS = {"speculative_algorithm": "BAD", "speculative_num_draft_tokens": 4, "dis
 """The operator's arguments for the start-up cases (SGLang's names)."""
 
 DP_ATTENTION = {"enable_dp_attention": True, "dp_size": 2, "tp_size": 2}
+TRTLLM_MHA_VERIFY = {"prefill_attention_backend": "flashinfer", "decode_attention_backend": "trtllm_mha",
+                     "speculative_attention_mode": "decode"}
+"""TARGET_VERIFY through trtllm_mha on an SM90 GPU, as SGLang accepts it there (its prefill backend only on SM100)."""
 """Attention data parallelism over two ranks (``check`` gets ``--enable-dp-attention``)."""
 
 BAD = "[plugins]\nenable = ['sbd', 'bad']\n"
@@ -411,7 +414,7 @@ CASES = [
          WIDTH + BY_BATCH, {"bad": starting("forward_batch_generation(self, batch, **kwargs)")}, start=dict(FLAGS, attention_backend="triton"),
          until="0.5.16"),
     Case("trtllm_mha on SM90 without the XQA mask", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: --attention-backend trtllm_mha on the target worker at width 4 \(chain, ndt 4\) on SGLang [0-9.post]+ is refused: runs TARGET_VERIFY on this SM90 \(Hopper\) GPU through flashinfer's XQA kernel, which needs a spec-decode mask for more than one token per request, and this release passes none .*; choose another --attention-backend \(flashinfer serves plugin algorithms on every release\) or SGLang 0.5.21\+", WIDTH,
-         {"bad": starting("forward_batch_generation(self, batch, **kwargs)")}, start=dict(FLAGS, attention_backend="trtllm_mha"), until="0.5.20", gpu="sm90"),
+         {"bad": starting("forward_batch_generation(self, batch, **kwargs)")}, start=dict(FLAGS, **TRTLLM_MHA_VERIFY), until="0.5.20", gpu="sm90"),
     Case("validator AssertionError", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: validate_server_args refused --speculative-num-draft-tokens 4: AssertionError: blocks of 16 only", WIDTH,
          {"bad": starting("forward_batch_generation(self, batch, **kwargs)", validator="assert args.speculative_num_draft_tokens == 16, 'blocks of 16 only'")}, start=FLAGS),
     Case("widths by batch with DP attention", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: \[algorithms.BAD\] widths_by_batch_size in {cfg} gives widths by batch size \{1 = 4, 8 = 2\}, " + NOT_WITH_DP,
@@ -522,7 +525,8 @@ CASES = [
          "[plugins]\nenable = ['prompt_lookup']\n[algorithms.PROMPT_LOOKUP]\nmax_tokens_per_req = 4\nmax_ngram = 0\nwidths_by_batch_size = {1 = 4, 8 = 2}\n",
          ndt=4, algorithm="PROMPT_LOOKUP"),
     Case("worker init_cuda_graphs is None", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: Worker.init_cuda_graphs is None, not a method, but SGLang [0-9.post]+ calls it on every speculative worker \(managers/scheduler.py:\d+\)",
-         WIDTH, {"bad": starting("forward_batch_generation(self, batch, **kwargs)", member="init_cuda_graphs = None")}, start=FLAGS),
+         WIDTH, {"bad": starting("forward_batch_generation(self, batch, **kwargs)", member="init_cuda_graphs = None")}, start=FLAGS,
+         since="0.5.14"),
     Case("worker forward is async", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: Worker.forward_batch_generation is a coroutine function \(async def\): SGLang [0-9.post]+ calls it and uses what it returns, which would be a coroutine object; make it a plain def",
          WIDTH, {"bad": starting("async def forward_batch_generation(self, batch, **kwargs)")}, start=FLAGS),
 ]
@@ -562,11 +566,14 @@ def _tiny_model() -> Path:
 
 
 def check_flags(case: Case) -> List[str]:
-    """The ``check`` flags that say what ``case.start`` or ``case.ndt`` says."""
+    """The ``check`` flags that say what ``case.start`` or ``case.ndt`` says (``--attention-backend``: the
+    backend that runs TARGET_VERIFY, by ``speculative_attention_mode``)."""
     fields = dict(case.start or {})
     ndt = fields.get("speculative_num_draft_tokens", case.ndt)
+    mode = fields.get("speculative_attention_mode") or "prefill"
+    backend = fields.get(f"{mode}_attention_backend") or fields.get("attention_backend")
     return ([f"-n{ndt}"] if ndt else []) + (["--disable-overlap-schedule"] if fields.get("disable_overlap_schedule") else []) \
-        + ([f"--attention-backend={fields['attention_backend']}"] if fields.get("attention_backend") else []) \
+        + ([f"--attention-backend={backend}"] if backend else []) \
         + (["--enable-dp-attention"] if fields.get("enable_dp_attention") else []) \
         + ([f"--attn-dp-size={fields['attn_dp_size']}"] if fields.get("attn_dp_size") else [])
 

@@ -38,10 +38,14 @@ def case_env(site, tmp_path, monkeypatch):
             pytest.skip(f"applies from SGLang {case.since}")
         if case.until and Version(metadata.version("sglang")) > Version(case.until):
             pytest.skip(f"applies up to SGLang {case.until}")
-        if case.gpu == "sm90":
+        if case.gpu == "sm90":  # every SGLang module holding the probe (server_args imports it by name up to 0.5.18)
+            import sglang.srt.server_args  # noqa: F401
             from sglang.srt.utils import common
 
-            monkeypatch.setattr(common, "is_sm90_supported", lambda: True)
+            probe = common.is_sm90_supported
+            for module in [m for name, m in sys.modules.items() if name.startswith("sglang.srt") and m is not None]:
+                if getattr(module, "is_sm90_supported", None) is probe:
+                    monkeypatch.setattr(module, "is_sm90_supported", lambda: True)
         for key, value in prepare(case, tmp_path, site).items():
             monkeypatch.setenv(key, value)
         return expected(case, tmp_path)
