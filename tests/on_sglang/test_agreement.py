@@ -80,7 +80,7 @@ def test_ranks_agree_on_widths_by_batch_size_or_the_one_that_differs_is_refused(
     for rank, answer in ((other_maximum, "{1 = 2, 8 = 2}"), (other_buckets, "{1 = 4, 16 = 2}")):
         assert rank["outcome"] == "refused", rank
         assert rank["message"] == (
-            f"algorithm SKEW (plugin 'skew'): sgl_spec_verify_widths(num_draft_tokens=8, is_draft_worker=False) is "
+            f"algorithm SKEW (plugin 'skew'): sgl_spec_widths_by_batch_size(num_draft_tokens=8, is_draft_worker=False) is "
             f"{answer} in this process (pid {rank['pid']} (SpawnProcess-{rank['rank']}, launcher_and_ranks.py)) but "
             f"{{1 = 4, 8 = 2}} in pid {launcher['pid']} (MainProcess, launcher_and_ranks.py) of the same server: the "
             "plugin's answer depends on the process, and ranks that verify different widths produce wrong tokens"), rank

@@ -17,8 +17,7 @@ from importlib import metadata
 from packaging.version import Version
 
 WORKER = '''
-from sglang_spec_plugins.engine.algorithm import StepWidths
-from sglang_spec_plugins.engine.worker_contract import worker_base
+from sglang_spec_plugins.worker import StepWidths, worker_base
 
 
 class ModelFreeWidths(worker_base()):
