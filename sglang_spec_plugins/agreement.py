@@ -1,4 +1,4 @@
-"""The processes of one SGLang server agree on the fingerprint and every width, or stop.
+"""The processes of one SGLang server agree on the fingerprint and every answer that shapes a step, or stop.
 
 SGLang runs the loader in the launcher and in every process it spawns (one
 scheduler per TP/PP rank, each DP replica, the detokenizer, the DP
@@ -6,10 +6,24 @@ controller). The first of them to load (the launcher) creates a directory,
 records its fingerprint there and names the directory in
 ``$SGLANG_SPEC_PLUGINS_AGREEMENT``, which every process it spawns inherits.
 Each later process compares its fingerprint with the recorded one
-(:func:`join`), and each width, when a process first resolves it, is recorded
-under its (algorithm, num_draft_tokens, worker) or compared with the width
-recorded there first (:func:`agree_on_width`). A difference stops that
-process before it loads weights, naming both values and both processes.
+(:func:`join`), and each :class:`Answer` (an algorithm's maximum width, width
+and widths by batch size, per num_draft_tokens and worker), when a process
+first resolves it, is recorded or compared with the one recorded first
+(:func:`agree`). A difference stops that process before it loads weights,
+naming both values and both processes.
+
+The directory: one record per file, written whole (a hard link to a complete
+file), ``fingerprint.json`` and ``answer.<digest of what it answers>.json``
+(an algorithm name may be as long as a file name may not), each a JSON object
+with ``answer``, ``value`` and the recording ``process``, ``pid`` and
+``started`` (its start time, so that a pid used again by another process is
+told apart). What a machine may hold there instead stops the process with an
+:class:`AgreementError` naming the path and what to remove or set: a path
+that is not a directory, a directory it cannot write, a file that is not a
+record (empty, truncated, of another shape, a directory in its place), a
+record by a process no longer running (an earlier server's, in a reused
+directory), a fingerprint recorded by a running process this one does not
+descend from (two servers sharing one directory).
 
 What it covers: the processes one launcher spawns, on its node (the
 directory is node-local). Ranks on other nodes are spawned by their own
@@ -21,23 +35,48 @@ records nothing.
 from __future__ import annotations
 
 import atexit
+import hashlib
 import json
 import multiprocessing
 import os
 import shutil
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, Iterable, List, Optional
 
+from .config import file_kind
 from .errors import SpecPluginError
 
 AGREEMENT_ENV = "SGLANG_SPEC_PLUGINS_AGREEMENT"
-"""Environment variable: the directory where this server's processes record fingerprint and widths."""
+"""Environment variable: the directory where this server's processes record their fingerprint and answers."""
+
+FINGERPRINT = "fingerprint"
+"""The answer ``fingerprint.json`` records."""
+
+RECORD_KEYS = ("answer", "value", "process", "pid", "started")
 
 
-class DisagreementError(SpecPluginError):
-    """Two processes of one server resolved different fingerprints or widths."""
+class AgreementError(SpecPluginError):
+    """The agreement directory cannot be used as it is (see the module doc)."""
+
+
+class DisagreementError(AgreementError):
+    """Two processes of one server resolved different fingerprints or answers."""
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One answer that shapes a step, as processes compare it: ``key`` is what
+    it answers (``"SBD: sgl_spec_verify_width(num_draft_tokens=8,
+    is_draft_worker=False)"``), ``value`` the answer as JSON (None: one width
+    at every batch size), ``source`` how messages name where it comes from
+    (``algorithm SBD (plugin 'sbd'): sgl_spec_verify_width(...)``)."""
+
+    key: str
+    value: Any
+    source: str
 
 
 _joined: Optional[Path] = None
@@ -49,24 +88,102 @@ def process_label() -> str:
     return f"pid {os.getpid()} ({multiprocessing.current_process().name}, {Path(sys.argv[0] or 'python').name})"
 
 
+def started(pid: int) -> Optional[int]:
+    """When process ``pid`` started (clock ticks since boot, from /proc), or None where it cannot be read."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def record_file(where: Path, answer: str) -> Path:
+    """The file of ``where`` that records ``answer``."""
+    if answer == FINGERPRINT:
+        return where / "fingerprint.json"
+    return where / f"answer.{hashlib.sha256(answer.encode('utf-8')).hexdigest()[:16]}.json"
+
+
 def join(fingerprint: str, environ=os.environ) -> str:
     """Take part in this server's agreement: create it (first process) or
     compare ``fingerprint`` with the one recorded. Returns a log line."""
     global _joined, _created
-    named = environ.get(AGREEMENT_ENV)
-    if named and Path(named).is_dir() and _spawned_by(Path(named)):
-        where = Path(named)
+    named = _named(environ)
+    if named is not None and _spawned_by(named):
+        where = named
     else:  # the first process of a server (an agreement inherited from an unrelated process is not ours)
-        where = Path(tempfile.mkdtemp(prefix="sglang-spec-plugins-"))
+        try:
+            where = Path(tempfile.mkdtemp(prefix="sglang-spec-plugins-"))
+        except OSError as exc:
+            raise AgreementError(f"cannot make an agreement directory in {tempfile.gettempdir()} ({_os_error(exc)}); set "
+                                 f"TMPDIR to a writable directory, or {AGREEMENT_ENV} to one made for this server") from exc
         (where / "creator").write_text(str(os.getpid()))
         environ[AGREEMENT_ENV] = str(where)
         _created = where
         atexit.register(shutil.rmtree, where, True)
-    first = _record_or_read(where / "fingerprint.json", {"fingerprint": fingerprint, "process": process_label()})
-    if first["fingerprint"] != fingerprint:
+    first = _record_or_read(where, FINGERPRINT, fingerprint, "this process's fingerprint")
+    _refuse_unrelated(where, first)
+    if first["value"] != fingerprint:
         raise DisagreementError(_fingerprint_message(fingerprint, first, where))
     _joined = where
-    return f"agreement {where}: fingerprint {fingerprint} " + ("recorded" if first["process"] == process_label() else f"equals {first['process']}'s")
+    return f"agreement {where}: fingerprint {fingerprint} " + ("recorded" if _is_me(first) else f"equals {first['process']}'s")
+
+
+def agree(answer: Answer) -> None:
+    """Record ``answer`` or compare it with the answer another process of this
+    server resolved first (no-op outside a server)."""
+    if _joined is None:
+        return
+    first = _record_or_read(_joined, answer.key, answer.value, answer.key)
+    if first["value"] != answer.value:
+        raise DisagreementError(_answer_message(answer, first))
+
+
+def compare(fingerprint: str, answers: Iterable[Answer], environ=os.environ) -> List[str]:
+    """Problems between this process's answers and a server's agreement named
+    in ``environ`` (none if there is none), as :func:`join` and :func:`agree`
+    would meet them; records nothing."""
+    try:
+        where = _named(environ)
+        if where is None:
+            return []
+        problems = []
+        recorded = _read(where, FINGERPRINT)
+        if recorded is not None and recorded["value"] != fingerprint:
+            problems.append(_fingerprint_message(fingerprint, recorded, where))
+        for answer in answers:
+            first = _read(where, answer.key)
+            if first is not None and first["value"] != answer.value:
+                problems.append(_answer_message(answer, first))
+        return problems + _unwritable(where)
+    except AgreementError as exc:
+        return [str(exc)]
+
+
+def shown(value: Any) -> str:
+    """An answer's JSON value as messages show it."""
+    if value is None:
+        return "one width at every batch size"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{size} = {width}" for size, width in sorted(value.items(), key=lambda kv: int(kv[0]))) + "}"
+    return str(value)
+
+
+def _named(environ) -> Optional[Path]:
+    """The directory ``environ`` names, if it names one that exists; a path
+    that exists but is not a directory is refused (nothing here makes one)."""
+    named = environ.get(AGREEMENT_ENV)
+    if not named:
+        return None
+    path = Path(named)
+    try:
+        if not path.exists() or path.is_dir():
+            return path if path.is_dir() else None  # gone with the server that made it: a new server makes its own
+        kind = file_kind(path.stat().st_mode)
+    except OSError as exc:
+        raise AgreementError(f"{AGREEMENT_ENV}={named}: cannot be read ({_os_error(exc)}); unset {AGREEMENT_ENV} (the "
+                             "server's first process then makes a fresh directory) or name a directory") from exc
+    raise AgreementError(f"{AGREEMENT_ENV}={named}: {kind}, not a directory; unset {AGREEMENT_ENV} (the server's first "
+                         "process then makes a fresh directory) or name a directory")
 
 
 def _spawned_by(where: Path) -> bool:
@@ -82,90 +199,142 @@ def _spawned_by(where: Path) -> bool:
         return True
     if multiprocessing.parent_process() is None:
         return False
-    pid = os.getppid()
-    for _ in range(32):
-        if pid == creator:
-            return True
+    ancestors = _ancestors()
+    return ancestors is None or creator in ancestors
+
+
+def _ancestors() -> Optional[List[int]]:
+    """The pids of this process's ancestors, nearest first; None where /proc cannot be read."""
+    found, pid = [], os.getppid()
+    for _ in range(64):
+        found.append(pid)
         if pid <= 1:
-            return False
+            return found
         try:
             pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
         except (OSError, ValueError, IndexError):
-            return True
-    return False
+            return None
+    return found
 
 
-def agree_on_width(algorithm: str, plugin: str, num_draft_tokens: int, is_draft_worker: bool, width: int) -> None:
-    """Record ``width`` or compare it with the width another process of this
-    server resolved first for the same arguments (no-op outside a server)."""
-    if _joined is None:
+def _record_or_read(where: Path, answer: str, value: Any, what: str) -> Dict[str, Any]:
+    """Record ``value`` for ``answer`` in ``where`` unless a process did first
+    (atomically: a hard link to a complete file), and return the record that
+    holds, checked (:func:`_read`)."""
+    path = record_file(where, answer)
+    record = {"answer": answer, "value": value, "process": process_label(), "pid": os.getpid(),
+              "started": started(os.getpid())}
+    scratch = path.with_name(f".{path.name}.{os.getpid()}")
+    try:
+        try:
+            scratch.write_text(json.dumps(record))
+            os.link(scratch, path)
+            return record
+        except FileExistsError:
+            pass
+        finally:
+            scratch.unlink(missing_ok=True)
+    except OSError as exc:
+        raise AgreementError(f"{AGREEMENT_ENV}={where}: cannot record {what} in it ({_os_error(exc)}); make it writable "
+                             f"for this process, or unset {AGREEMENT_ENV} (the server's first process then makes a fresh "
+                             "directory)") from exc
+    first = _read(where, answer)
+    if first is None:  # removed between the link and the read
+        raise AgreementError(f"{path} vanished while this process read it: something else removes files in {where}; "
+                             f"give this server its own directory, or unset {AGREEMENT_ENV}")
+    return first
+
+
+def _read(where: Path, answer: str) -> Optional[Dict[str, Any]]:
+    """The record of ``answer`` in ``where``, None if there is none; an
+    AgreementError for anything else there, or a record of a process no longer running."""
+    path = record_file(where, answer)
+    remove = (f"no process writes one (records are written whole): remove it, or the directory {where}, or unset "
+              f"{AGREEMENT_ENV}")
+    try:
+        if not path.exists():
+            return None
+        if not path.is_file():
+            raise AgreementError(f"{path}: not an agreement record ({file_kind(path.stat().st_mode)}, not a regular "
+                                 f"file); {remove}")
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise AgreementError(f"{path}: cannot be read ({_os_error(exc)}); make it readable for this process, or unset "
+                             f"{AGREEMENT_ENV}") from exc
+    if not text.strip():
+        raise AgreementError(f"{path}: not an agreement record (empty); {remove}")
+    try:
+        record = json.loads(text)
+    except ValueError as exc:
+        raise AgreementError(f"{path}: not an agreement record (not JSON: {exc}); {remove}") from None
+    if (not isinstance(record, dict) or set(record) != set(RECORD_KEYS) or type(record["pid"]) is not int
+            or record["answer"] != answer):
+        held = json.dumps(record)
+        raise AgreementError(f"{path}: not an agreement record (it holds {held[:120]}{'...' if len(held) > 120 else ''}, "
+                             f"not an object with {', '.join(RECORD_KEYS[:-1])} and {RECORD_KEYS[-1]}); {remove}")
+    if not _running(record):
+        raise AgreementError(f"{path} was recorded by {record['process']}, which is no longer running: a record an "
+                             f"earlier server left in a reused directory; remove {where} (or the files in it), or unset "
+                             f"{AGREEMENT_ENV}")
+    return record
+
+
+def _running(record: Dict[str, Any]) -> bool:
+    """Whether the process that wrote ``record`` still runs (the same process:
+    a pid used again has another start time)."""
+    pid = record["pid"]
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        pass  # runs, as another user
+    now = started(pid)
+    return now is None or record["started"] is None or now == record["started"]
+
+
+def _is_me(record: Dict[str, Any]) -> bool:
+    return record["pid"] == os.getpid() and record["started"] == started(os.getpid())
+
+
+def _refuse_unrelated(where: Path, first: Dict[str, Any]) -> None:
+    """The fingerprint is recorded by the server's first process: this one, or one it descends from."""
+    ancestors = _ancestors()
+    if _is_me(first) or ancestors is None or first["pid"] in ancestors:
         return
-    first = _record_or_read(_width_file(_joined, algorithm, num_draft_tokens, is_draft_worker),
-                            {"width": width, "process": process_label()})
-    if first["width"] != width:
-        raise DisagreementError(_width_message(algorithm, plugin, num_draft_tokens, is_draft_worker, width, first))
+    raise AgreementError(f"{record_file(where, FINGERPRINT)} was recorded by {first['process']}, which runs but is "
+                         f"neither this process nor one it descends from: two servers share {AGREEMENT_ENV}={where}; "
+                         f"give each server its own directory, or unset {AGREEMENT_ENV}")
 
 
-def compare(fingerprint: str, widths: Mapping[str, Mapping[str, Any]], environ=os.environ) -> List[str]:
-    """Problems between this process's answers and a server's agreement named
-    in ``environ`` (none if there is none); records nothing. ``widths``:
-    algorithm -> {"plugin", "widths": {ndt: {"target", "draft"}}}, as ``check`` builds it."""
-    named = environ.get(AGREEMENT_ENV)
-    if not named or not Path(named).is_dir():
-        return []
-    where, problems = Path(named), []
-    recorded = _read(where / "fingerprint.json")
-    if recorded and recorded["fingerprint"] != fingerprint:
-        problems.append(_fingerprint_message(fingerprint, recorded, where))
-    for algorithm, entry in widths.items():
-        for ndt, per_worker in entry["widths"].items():
-            for draft in (False, True):
-                width = per_worker.get("draft" if draft else "target")
-                if width is None:  # the draft worker's width is not resolved when it never verifies
-                    continue
-                first = _read(_width_file(where, algorithm, int(ndt), draft))
-                if first and first["width"] != width:
-                    problems.append(_width_message(algorithm, entry["plugin"], int(ndt), draft, width, first))
-    return problems
+def _unwritable(where: Path) -> List[str]:
+    """What :func:`_record_or_read` would meet writing in ``where`` (``check``'s look: nothing stays written)."""
+    scratch = where / f".check.{os.getpid()}"
+    try:
+        scratch.write_text("")
+        scratch.unlink()
+    except OSError as exc:
+        return [f"{AGREEMENT_ENV}={where}: cannot record this process's fingerprint in it ({_os_error(exc)}); make it "
+                f"writable for this process, or unset {AGREEMENT_ENV} (the server's first process then makes a fresh "
+                "directory)"]
+    return []
+
+
+def _os_error(exc: OSError) -> str:
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _fingerprint_message(fingerprint: str, first: Dict[str, Any], where: Path) -> str:
     return (f"this process ({process_label()}) has fingerprint {fingerprint}, but {first['process']} of the same "
-            f"server has {first['fingerprint']}: they load other plugins, plugin versions, plugins.toml settings or "
+            f"server has {first['value']}: they load other plugins, plugin versions, plugins.toml settings or "
             f"answers (another plugins.toml through the environment, another installed version); compare the "
             f"'fingerprint' log lines of both processes ({AGREEMENT_ENV}={where})")
 
 
-def _width_message(algorithm: str, plugin: str, ndt: int, is_draft_worker: bool, width: int, first: Dict[str, Any]) -> str:
-    return (f"algorithm {algorithm} (plugin {plugin!r}): sgl_spec_verify_width(num_draft_tokens={ndt}, "
-            f"is_draft_worker={is_draft_worker}) is {width} in this process ({process_label()}) but {first['width']} in "
-            f"{first['process']} of the same server: the plugin's answer depends on the process, and ranks that verify "
-            f"different widths produce wrong tokens")
-
-
-def _width_file(where: Path, algorithm: str, ndt: int, is_draft_worker: bool) -> Path:
-    return where / f"width.{algorithm}.{ndt}.{'draft' if is_draft_worker else 'target'}.json"
-
-
-def _record_or_read(path: Path, data: Dict[str, Any]) -> Dict[str, Any]:
-    """Write ``data`` to ``path`` unless a process did first (atomically:
-    a hard link to a complete file), and return what ``path`` holds."""
-    scratch = path.with_name(f".{path.name}.{os.getpid()}")
-    scratch.write_text(json.dumps(data))
-    try:
-        os.link(scratch, path)
-        return data
-    except FileExistsError:
-        return json.loads(path.read_text())
-    finally:
-        scratch.unlink()
-
-
-def _read(path: Path) -> Optional[Dict[str, Any]]:
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        return None
+def _answer_message(answer: Answer, first: Dict[str, Any]) -> str:
+    return (f"{answer.source} is {shown(answer.value)} in this process ({process_label()}) but {shown(first['value'])} "
+            f"in {first['process']} of the same server: the plugin's answer depends on the process, and ranks that "
+            f"verify different widths produce wrong tokens")
 
 
 def _reset_for_tests(environ=os.environ) -> None:

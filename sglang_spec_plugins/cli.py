@@ -16,16 +16,16 @@ import contextlib
 import json
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import __version__
 from . import config as config_mod
-from . import agreement, loader, ndt_grid, scaffold
+from . import agreement, answers, loader, ndt_grid, scaffold
 from .errors import SpecPluginError
 from .fingerprint import fingerprint
+from .plugin_calls import package_fault, report_stream
 from .plugins import PluginSet, discover_configured
 from .policy import build_policies
 
@@ -104,6 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
                          help="the server's --attention-backend: a refusal of it is a problem (default: report every known backend)")
     p_check.add_argument("--enable-dp-attention", action="store_true",
                          help="the server will run with --enable-dp-attention (widths by batch size are refused with it)")
+    p_check.add_argument("--attn-dp-size", type=_positive_int, default=1, metavar="N",
+                         help="the server's --attn-dp-size (SGLang 0.5.23+): above 1 is DP attention, as --enable-dp-attention")
     p_check.add_argument("--single-process", action="store_true",
                          help="skip asking everything again in a fresh process and comparing the answers")
     p_check.add_argument("--json", action="store_true", help="machine-readable output")
@@ -122,15 +124,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     command = {"list": _list, "check": _check, "doctor": _doctor, "new": scaffold.command}[args.command]
     args.out = sys.stdout
     try:
-        # What plugins and SGLang print while they are imported goes to stderr: stdout carries only this
-        # command's report (with --json, one JSON document).
-        with contextlib.redirect_stdout(sys.stderr):
+        # What plugins and SGLang write to standard output while they are imported goes to stderr: stdout
+        # carries only this command's report (with --json, one JSON document).
+        with report_stream() as args.out:
             try:
                 return command(args)
             except SpecPluginError as exc:
                 return _fail(args, _problems_of(exc))
+            except KeyboardInterrupt as exc:  # Ctrl-C, or plugin code that raised it: stop now, saying where
+                print(f"error: {exc or 'interrupted (KeyboardInterrupt)'}", file=sys.stderr)
+                return 130
             except Exception as exc:  # never a traceback for the operator; the message says where it came from
-                return _fail(args, [f"unexpected {type(exc).__name__}: {exc} (a bug in sglang-spec-plugins; please report it)"])
+                return _fail(args, [package_fault(exc)])
     except BrokenPipeError:  # e.g. `list --json | head`: the reader left; say nothing more
         with contextlib.suppress(OSError, ValueError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), args.out.fileno())
@@ -175,16 +180,6 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
-_BY_BATCH = ("target_widths_by_batch_size", "draft_widths_by_batch_size")
-
-
-def _by_batch(policy, ndt: int, draft_verifies: bool) -> Dict[str, Any]:
-    """Widths by batch-size bucket (``{"1": 16, "8": 8}``), per worker that
-    runs TARGET_VERIFY and has them."""
-    found = {key: policy.widths_by_batch_size(ndt, draft) for key, draft in zip(_BY_BATCH, (False, True)) if draft_verifies or not draft}
-    return {key: buckets.as_plain() for key, buckets in found.items() if buckets is not None}
-
-
 def _buckets_text(plain: Dict[str, int]) -> str:
     return "{" + ", ".join(f"{size} = {width}" for size, width in plain.items()) + "}"
 
@@ -195,43 +190,35 @@ def _check(args: argparse.Namespace) -> int:
     plugin_set = discover_configured(args.path, collect=True)
     plugin_set, policies = build_policies(plugin_set, tolerate=True)
     problems: List[str] = [f.message for f in plugin_set.failures]
-    checked: Dict[str, Any] = {}
-    for name, policy in policies.items():
-        offered = plugin_set.algorithms[name]
-        verifies = policy.draft_may_verify()
-        ndts = args.num_draft_tokens or ndt_grid.accepted(offered, ndt_grid.grid(offered))
-        entry: Dict[str, Any] = {"plugin": policy.plugin, "draft_may_verify": verifies, "widths": {}}
-        for ndt in ndts:
-            try:
-                policy.validate(ndt)  # the draft worker's width too: SGLang sizes buffers with it
-                entry["widths"][str(ndt)] = {"target": policy.width(ndt, False), "max": policy.max_width(ndt)}
-                if verifies:  # only a draft worker that may verify runs TARGET_VERIFY at its width
-                    entry["widths"][str(ndt)]["draft"] = policy.width(ndt, True)
-                entry["widths"][str(ndt)].update(_by_batch(policy, ndt, verifies))
-            except (SpecPluginError, ValueError) as exc:
-                problems.append(str(exc) + ("" if args.num_draft_tokens else
-                                            f" (found at a default ndt; `check -n {ndt}` shows it alone)"))
-        checked[name] = entry
+
+    def fault(ndt: int, exc: Exception) -> None:
+        problems.append(str(exc) + ("" if args.num_draft_tokens else f" (found at a default ndt; `check -n {ndt}` shows it alone)"))
+
+    ndts = {name: tuple(args.num_draft_tokens) or ndt_grid.accepted(plugin_set.algorithms[name], ndt_grid.grid(plugin_set.algorithms[name]))
+            for name in policies}
+    checked = {name: answers.table(policy, ndts[name], fault) for name, policy in policies.items()}
     from .serving.prediction import predict  # imports SGLang only if it is installed
 
     sglang = predict(plugin_set, policies, args.num_draft_tokens, args.disable_overlap_schedule, args.attention_backend,
-                     args.enable_dp_attention)
+                     args.enable_dp_attention or args.attn_dp_size > 1)
     problems += sglang["problems"]
     digest = fingerprint(plugin_set, policies, sglang["version"])
-    problems += agreement.compare(digest, checked)
+    problems += agreement.compare(digest, [answer for policy in policies.values() for answer in policy.answers])
     if not args.single_process:
-        problems += _compare_with_fresh_process(args, digest, checked, problems)
+        problems += _compare_with_fresh_process(args.path, ndts, sglang["version"], digest, checked, problems)
     data = {"config": plugin_set.config.origin, "ok": not problems, "problems": problems, "notes": list(plugin_set.notes),
-            "algorithms": checked, "sglang": {k: v for k, v in sglang.items() if k != "problems"}, "fingerprint": digest}
+            "algorithms": checked, "sglang": {k: v for k, v in sglang.items() if k not in ("problems", "not_run")},
+            "not_run": sglang["not_run"], "fingerprint": digest}
     if args.json:
         _print_json(args, data)
         return 0 if not problems else 1
     _say(args, f"config: {data['config']}")
     for info in plugin_set.plugins:
         _say(args, f"plugin {info.label}: ok")
+    by_batch_size = answers.BY_BATCH_SIZE.values()
     for name, entry in checked.items():
         widths = ", ".join(f"ndt={n}: target {w['target']}" + (f", draft {w['draft']}" if "draft" in w else "") + f", max {w['max']}"
-                           + "".join(f", {k.replace('_', ' ')} {_buckets_text(w[k])}" for k in _BY_BATCH if k in w)
+                           + "".join(f", {k.replace('_', ' ')} {_buckets_text(w[k])}" for k in by_batch_size if k in w)
                            for n, w in entry["widths"].items())
         _say(args, f"algorithm {name} (plugin {entry['plugin']}): draft-may-verify={entry['draft_may_verify']}" + (f"; {widths}" if widths else ""))
     if not args.num_draft_tokens and checked:
@@ -252,40 +239,33 @@ def _check(args: argparse.Namespace) -> int:
     _say(args, f"fingerprint: {digest}")
     for problem in problems:
         print(f"error: {problem}", file=sys.stderr)
-    _say(args, "ok" if not problems else f"{len(problems)} problem(s)")
+    if problems:
+        _say(args, f"{len(problems)} problem(s)")
+    else:
+        _say(args, "ok, except what was not run here (SGLang is not installed)" if data["not_run"] else "ok")
     return 0 if not problems else 1
 
 
-def _compare_with_fresh_process(args: argparse.Namespace, digest: str, checked: Dict[str, Any], problems: List[str]) -> List[str]:
-    """Run the same check in a new interpreter; another fingerprint, other
-    widths or other problems mean some answer depends on the process (as it
-    would between SGLang's ranks)."""
-    argv = [sys.executable, "-m", "sglang_spec_plugins", "check", "--single-process", "--json"]
-    argv += [str(args.path)] if args.path is not None else []
-    argv += [f"-n{n}" for n in args.num_draft_tokens]
-    argv += ["--disable-overlap-schedule"] if args.disable_overlap_schedule else []
-    argv += [f"--attention-backend={args.attention_backend}"] if args.attention_backend else []
-    argv += ["--enable-dp-attention"] if args.enable_dp_attention else []
+def _compare_with_fresh_process(path: Optional[Path], ndts: Dict[str, Tuple[int, ...]], sglang_version: Optional[str],
+                                digest: str, checked: Dict[str, Any], problems: List[str]) -> List[str]:
+    """Ask everything again in a new interpreter (:func:`~.answers.in_fresh_process`);
+    another fingerprint, other widths or other problems mean some answer depends
+    on the process (as it would between SGLang's ranks)."""
     try:
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=600)
-    except subprocess.TimeoutExpired:
-        return ["the same check in a fresh process did not finish in 600 s: a plugin hangs while it is imported or "
-                "asked (run with --single-process to see which)"]
-    try:
-        other = json.loads(out.stdout)
-    except ValueError:
-        return [f"the same check in a fresh process failed (exit {out.returncode}): {(out.stderr or out.stdout).strip()[-500:]}"]
+        other = answers.in_fresh_process(path, ndts, sglang_version)
+    except answers.FreshProcessFailed as exc:
+        return [f"the same check in a fresh process {exc}"]
     found = []
-    if other.get("fingerprint") != digest:
-        found.append(f"a fresh process got other answers (fingerprint {other.get('fingerprint')} instead of {digest}): "
+    if other["fingerprint"] != digest:
+        found.append(f"a fresh process got other answers (fingerprint {other['fingerprint']} instead of {digest}): "
                      "some plugin's answers depend on the process; SGLang's ranks would disagree")
     for name, entry in checked.items():
-        theirs = other.get("algorithms", {}).get(name, {}).get("widths")
+        theirs = other["tables"].get(name, {}).get("widths")
         if theirs is not None and theirs != entry["widths"]:
             found.append(f"algorithm {name} (plugin {entry['plugin']}): a fresh process got other widths ({theirs} "
                          f"instead of {entry['widths']}): its answers depend on the process; SGLang's ranks would disagree")
     here = {_without_addresses(p) for p in problems}
-    return found + [f"only in a fresh process: {p}" for p in other.get("problems", []) if _without_addresses(p) not in here]
+    return found + [f"only in a fresh process: {p}" for p in other["problems"] if _without_addresses(p) not in here]
 
 
 def _without_addresses(problem: str) -> str:

@@ -169,7 +169,7 @@ def regular_file(path: Path, what: str, missing_ok: bool) -> Optional[Path]:
             return path
         link = f"a symlink to {os.readlink(path)!r}, which " if path.is_symlink() else ""
         if path.exists():
-            kind = _file_kind(path.stat().st_mode)
+            kind = file_kind(path.stat().st_mode)
             raise ConfigError([f"{what}: {link + 'is' if link else 'not a regular file:'} {kind}; plugins.toml must be a regular file"])
         if link:
             raise ConfigError([f"{what}: {link}does not exist"])
@@ -180,9 +180,9 @@ def regular_file(path: Path, what: str, missing_ok: bool) -> Optional[Path]:
     raise ConfigError([f"{what}: no such file"])
 
 
-def _file_kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
     """What a non-regular file is, for messages."""
-    for test, kind in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
+    for test, kind in ((stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
                        (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
         if test(mode):
             return kind

@@ -38,8 +38,26 @@ class PluginError(SpecPluginError):
     def __init__(self, plugin: str, message: str, distribution: Optional[str] = None):
         self.plugin = plugin
         self.distribution = distribution
-        origin = f"plugin {plugin!r}" + (f" ({distribution})" if distribution else "")
-        super().__init__(f"{origin}: {message}")
+        self.detail = message
+        """The message without the plugin's name."""
+        super().__init__(f"{plugin_origin(plugin, distribution)}: {message}")
+
+
+class PluginInterrupted(KeyboardInterrupt):
+    """A ``KeyboardInterrupt`` while a plugin's code ran (the operator's Ctrl-C,
+    or the plugin raised it): not a fault to skip or collect, it stops the run,
+    and ``str()`` names the plugin, its distribution and the call interrupted
+    (see :mod:`.plugin_calls`)."""
+
+    def __init__(self, plugin: str, message: str, distribution: Optional[str] = None):
+        self.plugin = plugin
+        self.distribution = distribution
+        super().__init__(f"{plugin_origin(plugin, distribution)}: {message}")
+
+
+def plugin_origin(plugin: str, distribution: Optional[str]) -> str:
+    """How messages name a plugin: ``plugin 'sbd' (sglang-spec-example-sbd==0.1.0)``."""
+    return f"plugin {plugin!r}" + (f" ({distribution})" if distribution else "")
 
 
 class EngineError(SpecPluginError):
@@ -52,12 +70,14 @@ class StartupRefused(SystemExit):
 
     SGLang's ``load_plugins()`` logs and swallows any ``Exception`` a plugin
     raises; deriving from ``SystemExit`` is what makes ``on_error = "fail"``
-    actually stop SGLang. ``cause`` is the underlying error.
+    actually stop SGLang. ``cause`` is the underlying error; a
+    ``KeyboardInterrupt`` cause (:class:`PluginInterrupted`) exits with status
+    130, as an interrupted program does, after the raiser has logged it.
     """
 
     def __init__(self, cause: BaseException):
         self.cause = cause
-        super().__init__(f"sglang-spec-plugins refused to start: {cause}")
+        super().__init__(130 if isinstance(cause, KeyboardInterrupt) else f"sglang-spec-plugins refused to start: {cause}")
 
 
 def is_plain_int(value: Any) -> bool:
@@ -84,12 +104,3 @@ def show(value: Any) -> str:
         return repr(value)
     except Exception:
         return f"<{type_name(value)} object>"
-
-
-def describe_exception(exc: BaseException) -> str:
-    """How a message names an exception a plugin raised."""
-    if isinstance(exc, SystemExit):
-        return f"SystemExit (it called sys.exit({exc.code!r}))"
-    if not isinstance(exc, Exception):  # e.g. pytest.skip(allow_module_level=True) outside pytest
-        return f"{type_name(exc)}: {exc} (a BaseException that is not an Exception)"
-    return f"{type(exc).__name__}: {exc}"

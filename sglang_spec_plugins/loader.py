@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import Dict, Mapping, MutableMapping, Optional, Tuple
 
 from . import __version__, agreement
-from .agreement import DisagreementError
 from .errors import SpecPluginError, StartupRefused
+from .plugin_calls import package_fault
 from .fingerprint import fingerprint
 from .plugins import PluginSet, discover_configured
 from .policy import VerifyPolicy, build_policies
@@ -96,22 +96,23 @@ def load(environ: MutableMapping[str, str] = os.environ) -> LoadReport:
             except BaseException:
                 revert_all(PATCHES)
                 raise
-            for name, plan in plans.items():
-                logger.info("sglang-spec-plugins: patch %s on SGLang %s: %s (%s)", name, sglang_version, plan.verdict, plan.reason)
-            for name, policy in policies.items():
+    try:  # from here on, any failure undoes the registration and the patches
+        for name, plan in plans.items():
+            logger.info("sglang-spec-plugins: patch %s on SGLang %s: %s (%s)", name, sglang_version, plan.verdict, plan.reason)
+        for name, policy in policies.items():
+            if name in registered:
                 offered = plugin_set.algorithms[name]
                 logger.info(
                     "sglang-spec-plugins: registered algorithm %s with SGLang %s (plugin %s, overlap=%s, draft-may-verify=%s)",
                     name, sglang_version, plugin_set.info(offered.plugin).label,
                     offered.spec.supports_overlap, policy.draft_may_verify(),
                 )
-    else:
-        logger.info("sglang-spec-plugins %s: no plugin algorithm enabled; SGLang left unchanged", __version__)
-    digest = fingerprint(plugin_set, policies, sglang_version)
-    logger.info("sglang-spec-plugins: fingerprint %s (plugins, versions, config and answers; equal in every process)", digest)
-    try:
+        if not policies:
+            logger.info("sglang-spec-plugins %s: no plugin algorithm enabled; SGLang left unchanged", __version__)
+        digest = fingerprint(plugin_set, policies, sglang_version)
+        logger.info("sglang-spec-plugins: fingerprint %s (plugins, versions, config and answers; equal in every process)", digest)
         logger.info("sglang-spec-plugins: %s", agreement.join(digest, environ))
-    except DisagreementError:
+    except BaseException:
         if plans:
             from .serving.registration import unregister
             from .patches import PATCHES, revert_all
@@ -142,12 +143,12 @@ def sglang_entry_point() -> None:
     _visible_before_logging_is_configured()
     try:
         load()
-    except SpecPluginError as exc:
-        logger.error("sglang-spec-plugins: %s", exc)
+    except (SpecPluginError, KeyboardInterrupt) as exc:  # an interrupt names the plugin code it stopped, if any
+        logger.error("sglang-spec-plugins: %s", exc if str(exc) else "interrupted (KeyboardInterrupt) while loading")
         raise StartupRefused(exc) from exc
     except Exception as exc:  # a bug of ours must not let SGLang start half-loaded either
         logger.exception("sglang-spec-plugins: unexpected error while loading")
-        raise StartupRefused(RuntimeError(f"unexpected {type(exc).__name__}: {exc} (a bug in sglang-spec-plugins; please report it)")) from exc
+        raise StartupRefused(RuntimeError(package_fault(exc))) from exc
 
 
 def _visible_before_logging_is_configured() -> None:

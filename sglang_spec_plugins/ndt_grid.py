@@ -14,6 +14,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any, Callable, Iterable, Optional, Tuple
 
+from .errors import PluginError
 from .plugins import OfferedAlgorithm
 
 DEFAULT_NDTS = (1, 2, 3, 4, 5, 8, 16, 32, 64)
@@ -45,12 +46,11 @@ def accepted(offered: OfferedAlgorithm, ndts: Iterable[int], make_args: Callable
     found = []
     for ndt in ndts:
         try:
-            validate(make_args(offered.name, ndt, not offered.spec.supports_overlap))
-        except ValueError:
-            continue
-        except Exception as exc:
-            if on_other is not None:
-                on_other(ndt, exc)
+            with offered.code("validate_server_args"):  # an interrupt stops here, naming the plugin
+                validate(make_args(offered.name, ndt, not offered.spec.supports_overlap))
+        except PluginError as exc:
+            if not isinstance(exc.__cause__, ValueError) and on_other is not None:
+                on_other(ndt, exc.__cause__)
             continue
         found.append(ndt)
     return tuple(found)

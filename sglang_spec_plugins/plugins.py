@@ -21,14 +21,15 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Collection, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Collection, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import pluggy
 
 from . import config as config_mod
 from . import hookspecs
 from .config import RESERVED_ALGORITHM_NAMES, AlgorithmConfig, Config, valid_algorithm_name
-from .errors import ConfigError, PluginError, closest, describe_exception, show, type_name
+from .errors import ConfigError, PluginError, closest, show, type_name
+from .plugin_calls import plugin_code
 
 ENTRY_POINT_GROUP = hookspecs.PROJECT_NAME
 ALLOW_ENV = "SGLANG_SPEC_PLUGINS"
@@ -57,15 +58,22 @@ class PluginInfo:
 
 @dataclass(frozen=True)
 class OfferedAlgorithm:
-    """An enabled algorithm, its owning plugin and its plugins.toml table."""
+    """An enabled algorithm, its owning plugin (and that plugin's ``dist==version``)
+    and its plugins.toml table."""
 
     spec: hookspecs.AlgorithmSpec
     plugin: str
     config: AlgorithmConfig
+    distribution: Optional[str] = None
 
     @property
     def name(self) -> str:
         return self.config.name
+
+    def code(self, what: str, **how: str):
+        """:func:`~.plugin_calls.plugin_code` for the owner's code, ``what``
+        naming the call (the algorithm is named before it)."""
+        return plugin_code(self.plugin, self.distribution, f"algorithm {self.name}: {what}", **how)
 
 
 @dataclass(frozen=True)
@@ -102,8 +110,16 @@ class PluginSet:
 
     def error(self, plugin: str, message: str) -> PluginError:
         """A PluginError naming ``plugin`` and the distribution it came from."""
+        return PluginError(plugin, message, self.distribution(plugin))
+
+    def distribution(self, plugin: str) -> Optional[str]:
+        """``dist==version`` of the distribution ``plugin`` came from, or None."""
         info = next((p for p in self.plugins if p.name == plugin), None)
-        return PluginError(plugin, message, info.dist_label if info else None)
+        return info.dist_label if info else None
+
+    def code(self, plugin: str, what: str, **how: str):
+        """:func:`~.plugin_calls.plugin_code` for ``plugin``'s code, ``what`` naming the call."""
+        return plugin_code(plugin, self.distribution(plugin), what, **how)
 
     def without(self, failure: PluginError) -> "PluginSet":
         """This set minus the plugin ``failure`` blames (all its algorithms and
@@ -126,22 +142,16 @@ class PluginSet:
         implementation is absent).
 
         The policy uses this instead of ``firstresult`` so that an answer can
-        be traced to, and blamed on, the plugin that gave it. An exception in
-        a hookimpl (any ``BaseException`` but ``KeyboardInterrupt``: ``SystemExit``,
-        ``pytest.skip``'s ``Skipped``, ...) becomes a PluginError naming that
-        plugin, and ``call`` (how messages name the call; default the hook's
-        name). ``exclude`` names a plugin not to ask.
+        be traced to, and blamed on, the plugin that gave it. Each hookimpl
+        runs as that plugin's code (:func:`~.plugin_calls.plugin_code`), named
+        by ``call`` (default: the hook's name). ``exclude`` names a plugin not to ask.
         """
         found = {}
         for impl in getattr(self.pm.hook, hook_name).get_hookimpls():
             if impl.plugin_name == exclude:
                 continue
-            try:
+            with self.code(impl.plugin_name, call or f"hook {hook_name}"):
                 answer = impl.function(*[kwargs[arg] for arg in impl.argnames])
-            except KeyboardInterrupt:
-                raise
-            except BaseException as exc:
-                raise self.error(impl.plugin_name, f"{call or 'hook ' + hook_name} raised {describe_exception(exc)}") from exc
             found[impl.plugin_name] = answer
         return found
 
@@ -213,9 +223,8 @@ def discover(
         for spec in specs:
             offered.setdefault(spec.name.upper(), []).append((name, spec))
 
-    loaded = {i.name for i in infos}
     notes: List[str] = []
-    algorithms = _match_algorithms(config, offered, by_name, loaded, problems, notes)
+    algorithms = _match_algorithms(config, offered, by_name, {i.name: i.dist_label for i in infos}, problems, notes)
     if problems:
         raise ConfigError(problems)
     return PluginSet(pm, infos, algorithms, failures, config, notes)
@@ -265,12 +274,8 @@ def _load_one(pm: pluggy.PluginManager, name: str, eps: Sequence[metadata.EntryP
     ep = eps[0]
     dist = getattr(ep, "dist", None)
     label = f"{dist.name}=={dist.version}" if dist else None
-    try:
+    with plugin_code(name, label, f"importing {ep.value}", failed=f"cannot import {ep.value}:", doing=f"importing {ep.value}"):
         plugin = ep.load()
-    except KeyboardInterrupt:
-        raise
-    except BaseException as exc:
-        raise PluginError(name, f"cannot import {ep.value}: {describe_exception(exc)}", label) from exc
     _refuse_callable_entry_point(name, ep, plugin, label)
     try:
         pm.register(plugin, name=name)
@@ -311,12 +316,8 @@ def _load_one(pm: pluggy.PluginManager, name: str, eps: Sequence[metadata.EntryP
     for hook, impl in mine:
         if hook != "sgl_spec_algorithms":
             continue
-        try:
+        with plugin_code(name, label, "sgl_spec_algorithms"):
             result = impl.function()
-        except KeyboardInterrupt:
-            raise
-        except BaseException as exc:
-            raise PluginError(name, f"sgl_spec_algorithms raised {describe_exception(exc)}", label) from exc
         specs.extend(_check_specs(name, result, label))
         if not specs:
             raise PluginError(name, f"offers nothing: sgl_spec_algorithms returned {show(result)}; a plugin with no "
@@ -363,29 +364,29 @@ def _nearest(name: str, installed: Collection[str]) -> str:
     return f"did you mean {' or '.join(map(repr, near))}? {count}" if near else f"no installed plugin is named alike; {count}"
 
 
-def _source_names(eps: Sequence[metadata.EntryPoint], algorithm: str) -> bool:
+def _source_names(eps: Sequence[metadata.EntryPoint], algorithm: str) -> Union[bool, str]:
     """Whether the Python source of the top-level package behind ``eps``
-    holds ``algorithm`` as a quoted string, any case. The files are read,
-    never imported (a plugin that is not loaded must not run); a source that
-    cannot be found or read counts as naming it."""
+    holds ``algorithm`` as a quoted string, any case; where that source
+    cannot be found or read, why not. The files are read, never imported (a
+    plugin that is not loaded must not run)."""
     quoted = re.compile(r"""(['"])%s\1""" % re.escape(algorithm), re.IGNORECASE)
     for ep in eps:
         top = ep.value.split(":")[0].strip().split(".")[0]
         try:
             spec = importlib.util.find_spec(top)  # a top-level name: finds, imports nothing
-        except (ImportError, ValueError):
-            return True
+        except (ImportError, ValueError) as exc:
+            return f"finding its module {top} raised {type(exc).__name__}: {exc}"
         if spec is None:
-            return True
+            return f"no module {top}"
         roots = [Path(p) for p in spec.submodule_search_locations or ()]
         files = [f for root in roots for f in root.rglob("*.py")] if roots else [Path(spec.origin or "")]
         if not files or any(f.suffix != ".py" for f in files):
-            return True  # an extension module or nothing to read
+            return f"its module {top} is not Python source (an extension module, or nothing to read)"
         try:
             if any(quoted.search(f.read_text(encoding="utf-8", errors="replace")) for f in files):
                 return True
-        except OSError:
-            return True
+        except OSError as exc:
+            return f"{exc.filename}: {exc.strerror or type(exc).__name__}"
     return False
 
 
@@ -400,12 +401,14 @@ def _check_specs(plugin: str, result: Any, label: Optional[str]) -> List[hookspe
         return PluginError(plugin, message, label)
 
     if isinstance(result, (str, bytes)) or not isinstance(result, (list, tuple)):
-        got = f"a {type(result).__name__} (it is consumed once; return a list)" if inspect.isgenerator(result) else repr(result)
+        got = f"a {type(result).__name__} (it is consumed once; return a list)" if inspect.isgenerator(result) else show(result)
         raise fail(f"sgl_spec_algorithms must return a list of AlgorithmSpec, got {got}")
+    with plugin_code(plugin, label, f"reading what sgl_spec_algorithms returned (a {type_name(result)})"):
+        result = list(result)  # a list or tuple subclass may iterate its own way: read it once, as the plugin's code
     seen = set()
     for spec in result:
         if not isinstance(spec, hookspecs.AlgorithmSpec):
-            raise fail(f"sgl_spec_algorithms returned {spec!r}, not an AlgorithmSpec")
+            raise fail(f"sgl_spec_algorithms returned {show(spec)}, not an AlgorithmSpec")
         if not valid_algorithm_name(spec.name):
             raise fail(f"algorithm name {spec.name!r} is not a valid name (ASCII letters, digits and _, starting with a letter)")
         upper = spec.name.upper()
@@ -427,7 +430,7 @@ def _match_algorithms(
     config: Config,
     offered: Mapping[str, List[Tuple[str, hookspecs.AlgorithmSpec]]],
     by_name: Mapping[str, Sequence[metadata.EntryPoint]],
-    loaded: set,
+    loaded: Mapping[str, Optional[str]],
     problems: List[str],
     notes: List[str],
 ) -> Dict[str, OfferedAlgorithm]:
@@ -438,10 +441,12 @@ def _match_algorithms(
     A table without ``plugin`` that no loaded plugin offers is inert when the
     source of an installed plugin that is not loaded names it (read, never
     imported: :func:`_source_names`), and an unknown algorithm otherwise (a
-    typo, such as ``[algorithms.SDB]``, must not leave SBD at its defaults)."""
+    typo, such as ``[algorithms.SDB]``, must not leave SBD at its defaults),
+    also when a not-loaded plugin's source cannot be read: the message says so
+    and how to name that plugin."""
     origin = config.origin
     installed = set(by_name)
-    not_loaded = sorted(installed - loaded)
+    not_loaded = sorted(installed - set(loaded))
     for name, table in config.algorithms.items():
         owners = [plugin for plugin, _ in offered.get(name, [])]
         if table.plugin is not None and table.plugin not in installed:
@@ -451,16 +456,22 @@ def _match_algorithms(
         elif table.plugin is not None and table.plugin not in owners:
             problems.append(f"{origin}: [algorithms.{name}] plugin: plugin {table.plugin!r} does not offer {name} (offered by: {', '.join(owners) or 'no enabled plugin'})")
         elif not owners:
-            maybe = [plugin for plugin in not_loaded if _source_names(by_name[plugin], name)]
+            read = {plugin: _source_names(by_name[plugin], name) for plugin in not_loaded}
+            maybe = [plugin for plugin, names in read.items() if names is True]
             if maybe:
                 notes.append(f"{origin}: [algorithms.{name}] is inert: no loaded plugin offers it; the source of "
                              f"{', '.join(map(repr, maybe))} (installed, not loaded) names it")
                 continue
             near = closest(name, offered)
             hint = f" (did you mean {near[0]}, offered by {offered[near[0]][0][0]!r}?)" if near else ""
-            unread = (f"; nor does the source of the {len(not_loaded)} installed plugin(s) not loaded name it (if one of "
-                      "them makes the name at run time, name that plugin with plugin = \"...\")") if not_loaded else ""
-            problems.append(f"{origin}: [algorithms.{name}]: unknown algorithm; no installed plugin offers it{hint}{unread}")
+            unreadable = "".join(f"; the source of {plugin!r} (installed, not loaded) cannot be read ({why}): if {plugin!r} "
+                                 f"offers {name}, name it with plugin = \"{plugin}\""
+                                 for plugin, why in read.items() if isinstance(why, str))
+            unnamed = sum(names is False for names in read.values())
+            unread = (f"; nor does the source of the {unnamed} installed plugin(s) not loaded name it (if one of "
+                      "them makes the name at run time, name that plugin with plugin = \"...\")") if unnamed else ""
+            problems.append(f"{origin}: [algorithms.{name}]: unknown algorithm; no installed plugin offers it"
+                            f"{hint}{unreadable}{unread}")
     chosen: Dict[str, OfferedAlgorithm] = {}
     for name, candidates in sorted(offered.items()):
         table = config.algorithm(name)
@@ -475,5 +486,5 @@ def _match_algorithms(
             problems.append(f"{origin}: [algorithms.{name}] plugin: algorithm {name} is offered by several plugins ({owners}); set plugin = \"<one of them>\"")
             continue
         plugin, spec = candidates[0]
-        chosen[name] = OfferedAlgorithm(spec=spec, plugin=plugin, config=table)
+        chosen[name] = OfferedAlgorithm(spec=spec, plugin=plugin, config=table, distribution=loaded[plugin])
     return chosen

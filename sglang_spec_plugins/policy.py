@@ -53,6 +53,7 @@ class VerifyPolicy:
         self._widths: Dict[Tuple[int, bool], int] = {}
         self._buckets: Dict[Tuple[int, bool], Optional[WidthsByBatchSize]] = {}
         self._max_widths: Dict[int, int] = {}
+        self._answers: Dict[str, agreement.Answer] = {}
         self._draft_may_verify: Optional[bool] = None
 
     def __repr__(self) -> str:
@@ -69,9 +70,12 @@ class VerifyPolicy:
 
         SGLang also asks on behalf of draft workers that never verify (to size
         buffers); whether one may run TARGET_VERIFY is SGLang's check, fed by
-        :meth:`draft_may_verify`. With widths by batch size (:meth:`widths`)
+        :meth:`draft_may_verify`. With widths by batch size (:meth:`widths_by_batch_size`)
         this is the largest of them: what SGLang sizes capture buffers and the
-        dummy run with (the graphs themselves are captured per bucket).
+        dummy run with (the graphs themselves are captured per bucket). The
+        owner's ``sgl_spec_verify_width`` is asked either way and its answer
+        must be valid: a plugin checks its own settings there, and with widths
+        by batch size none of its other hooks may be asked.
         """
         try:
             return self._widths[(num_draft_tokens, is_draft_worker)]
@@ -79,9 +83,6 @@ class VerifyPolicy:
             pass
         ndt = self._check_ndt(num_draft_tokens)
         buckets = self.widths_by_batch_size(ndt, is_draft_worker)
-        if buckets is not None:
-            self._widths[(num_draft_tokens, is_draft_worker)] = buckets.maximum
-            return buckets.maximum
         limit = self.max_width(ndt)
         call = f"sgl_spec_verify_width(num_draft_tokens={ndt}, is_draft_worker={bool(is_draft_worker)})"
         must = f"it must be an int from 1 to the maximum width {limit}"
@@ -91,10 +92,13 @@ class VerifyPolicy:
         )
         width = ndt if answer is None else answer
         if not 1 <= width <= limit:
-            raise self._fault(f"{call} returned {width!r}; {must}")
-        agreement.agree_on_width(self.algorithm, self.plugin, ndt, bool(is_draft_worker), width)
+            raise self.fault(f"{call} returned {width!r}; {must}")
+        if buckets is not None:
+            width = buckets.maximum
+        self._agree(call, call, width)
         self._widths[(num_draft_tokens, is_draft_worker)] = width
-        logger.info("sglang-spec-plugins: algorithm %s (plugin %s): %s = %d", self.algorithm, self.plugin, call, width)
+        logger.info("sglang-spec-plugins: algorithm %s (plugin %s): %s = %d", self.algorithm, self.plugin,
+                    call if buckets is None else f"the largest width by batch size at {call}", width)
         return width
 
     def widths_by_batch_size(self, num_draft_tokens: int, is_draft_worker: bool) -> Optional[WidthsByBatchSize]:
@@ -120,11 +124,14 @@ class VerifyPolicy:
             call = self.widths_by_batch_size_source(ndt, is_draft_worker)  # the hook call
             first, again = (self._buckets_answer(call, ndt, bool(is_draft_worker)) for _ in range(2))
             if first != again:
-                raise self._fault(f"{call} answered {first}, then {again} for the same arguments; answers must be pure "
+                raise self.fault(f"{call} answered {first}, then {again} for the same arguments; answers must be pure "
                                   "(SGLang asks in every process and captures CUDA graphs per width)")
             buckets = first
             if buckets is not None and buckets.maximum > limit:
-                raise self._fault(f"{call} returned {buckets}; width {buckets.maximum} is above the maximum width {limit}")
+                raise self.fault(f"{call} returned {buckets}; width {buckets.maximum} is above the maximum width {limit}")
+        hook = f"sgl_spec_widths_by_batch_size(num_draft_tokens={ndt}, is_draft_worker={bool(is_draft_worker)})"
+        self._agree(hook, self.widths_by_batch_size_source(ndt, is_draft_worker),
+                    None if buckets is None else buckets.as_plain())
         if buckets is not None:
             logger.info("sglang-spec-plugins: algorithm %s (plugin %s): widths by batch size at "
                         "num_draft_tokens=%d, is_draft_worker=%s: %s", self.algorithm, self.plugin, ndt,
@@ -143,10 +150,16 @@ class VerifyPolicy:
         it answered None), parsed: nothing it returns is compared by its own code."""
         answer = self._ask("sgl_spec_widths_by_batch_size", call, dict(algorithm=self.algorithm, num_draft_tokens=ndt,
                                                                  is_draft_worker=is_draft_worker), none_ok=True)
+        if answer is None:
+            return None
+        if isinstance(answer, Mapping):  # its own methods are the plugin's code: read it once, into a plain dict
+            with self._plugins.code(self.plugin, f"algorithm {self.algorithm}: reading what {call} returned "
+                                                 f"(a {type_name(answer)})"):
+                answer = dict(answer.items())
         try:
-            return None if answer is None else WidthsByBatchSize.parse(answer)
+            return WidthsByBatchSize.parse(answer)
         except WidthsByBatchSizeError as exc:
-            raise self._fault(f"{call} returned {show(answer)}, not widths by batch size: {exc}") from None
+            raise self.fault(f"{call} returned {show(answer)}, not widths by batch size: {exc}") from None
 
     def candidate_widths(self, num_draft_tokens: int, is_draft_worker: bool) -> Tuple[int, ...]:
         """Every width a TARGET_VERIFY step of this worker may use, ascending."""
@@ -177,14 +190,15 @@ class VerifyPolicy:
         if answer is None:
             answer = self.ceiling if self.ceiling is not None else ndt
         elif answer < ndt:
-            raise self._fault(f"{call} returned {answer!r}; {must}")
+            raise self.fault(f"{call} returned {answer!r}; {must}")
         elif self.ceiling is not None and answer > self.ceiling:
-            raise self._fault(f"{call} returned {answer}, above {where}")
+            raise self.fault(f"{call} returned {answer}, above {where}")
         elif self.ceiling is None and answer > max(ndt, UNCAPPED_MAX_WIDTH):
-            raise self._fault(
+            raise self.fault(
                 f"{call} returned {answer}, above {max(ndt, UNCAPPED_MAX_WIDTH)}, the most allowed without a cap; "
                 f"an operator allows it with [algorithms.{self.algorithm}] max_tokens_per_req in {self._plugins.config.origin}"
             )
+        self._agree(call, call, answer)
         self._max_widths[num_draft_tokens] = answer
         return answer
 
@@ -221,12 +235,27 @@ class VerifyPolicy:
             answers = self._plugins.answers(hook, exclude=self.plugin, call=call, algorithm=self.algorithm, settings=self.settings, **args)
             self._refuse_intruders(hook, answers)
 
+    @property
+    def answers(self) -> Tuple[agreement.Answer, ...]:
+        """Every answer that shapes a step resolved so far (maximum widths,
+        widths, widths by batch size), as the server's processes compare them."""
+        return tuple(self._answers.values())
+
+    def _agree(self, hook_call: str, source: str, value: Any) -> None:
+        """Keep the answer ``hook_call`` resolved to ``value`` (as JSON; ``source``:
+        where messages say it comes from) and agree on it with the server's other
+        processes (:func:`~.agreement.agree`)."""
+        answer = agreement.Answer(f"{self.algorithm}: {hook_call}", value,
+                                  f"algorithm {self.algorithm} (plugin {self.plugin!r}): {source}")
+        agreement.agree(answer)
+        self._answers[answer.key] = answer
+
     def _check_ndt(self, num_draft_tokens: Any) -> int:
         if not is_plain_int(num_draft_tokens) or num_draft_tokens < 1:
             raise ValueError(f"algorithm {self.algorithm}: speculative_num_draft_tokens must be a positive int, got {num_draft_tokens!r}")
         return num_draft_tokens
 
-    def _fault(self, message: str) -> PluginError:
+    def fault(self, message: str) -> PluginError:
         """A PluginError blaming the owner, naming the algorithm."""
         return self._plugins.error(self.plugin, f"algorithm {self.algorithm}: {message}")
 
@@ -242,20 +271,20 @@ class VerifyPolicy:
         again = self._ask(hook_name, call, kwargs)
         self._check_kind(call, again, kind, must)
         if first != again:
-            raise self._fault(f"{call} answered {first!r}, then {again!r} for the same arguments; answers must be pure "
+            raise self.fault(f"{call} answered {first!r}, then {again!r} for the same arguments; answers must be pure "
                               "(SGLang asks in every process and captures CUDA graphs per width)")
         return first
 
     def _check_kind(self, call: str, answer: Any, kind: type, must: str) -> None:
         if answer is not None and type(answer) is not kind:
-            raise self._fault(f"{call} returned {show(answer)}, a {type_name(answer)}, not {'an' if kind is int else 'a'} "
+            raise self.fault(f"{call} returned {show(answer)}, a {type_name(answer)}, not {'an' if kind is int else 'a'} "
                               f"{kind.__name__}; {must}")
 
     def _ask(self, hook_name: str, call: str, kwargs: Mapping[str, Any], none_ok: bool = False) -> Any:
         answers = self._plugins.answers(hook_name, call=f"algorithm {self.algorithm}: {call}", settings=self.settings, **kwargs)
         self._refuse_intruders(hook_name, answers)
         if not none_ok and self.plugin in answers and answers[self.plugin] is None:
-            raise self._fault(
+            raise self.fault(
                 f"{call} returned None for its own algorithm {self.algorithm}; hooks receive the name upper case, "
                 f"as SGLang registers it (compare with {self.algorithm!r}), and a plugin implementing a hook answers "
                 "it for every algorithm it owns"
@@ -288,7 +317,7 @@ def build_policies(plugin_set: PluginSet, *, tolerate: bool) -> Tuple[PluginSet,
         try:
             for name, policy in policies.items():
                 if policy.draft_may_verify() and plugin_set.algorithms[name].spec.verify_shape == TREE:
-                    raise policy._fault(f"verify_shape='tree' and sgl_spec_draft_may_verify() returned True, but "
+                    raise policy.fault(f"verify_shape='tree' and sgl_spec_draft_may_verify() returned True, but "
                                         f"{DRAFT_VERIFIES_CHAINS_ONLY}")
                 policy.check_others_stay_out()
             return plugin_set, policies

@@ -51,8 +51,13 @@ class StepWidths:
 
     def __init__(self, model_runner: Any, hold_steps: int = 0):
         if isinstance(model_runner, ModelFreeRunner):
-            raise EngineError("StepWidths(model_runner): this is the model-free draft side's runner, which runs no "
-                              "TARGET_VERIFY; pass the target's, self.target_worker.model_runner")
+            mistake = ("StepWidths was given the worker's model-free draft runner (worker_base()'s model_runner, which "
+                       "runs no TARGET_VERIFY); give it the runner that verifies: StepWidths(self.target_worker.model_runner)")
+            try:  # the worker's algorithm names its plugin and distribution
+                owner = policy_for(model_runner.server_args) if model_runner.server_args is not None else None
+            except EngineError:
+                owner = None
+            raise owner.fault(mistake) if owner is not None else EngineError(mistake)
         algorithm = getattr(model_runner, "spec_algorithm", None)
         policy = required_policy(algorithm, f"StepWidths: the runner's algorithm {algorithm!r}")
         self.maximum: int = policy.width(configured_ndt(model_runner), bool(model_runner.is_draft_worker))

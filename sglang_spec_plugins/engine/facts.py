@@ -1,6 +1,6 @@
 """Facts about a running SGLang that several rooms read: the configured ndt a
-backend lays a verify out with, and which attention backend each worker
-sends TARGET_VERIFY to."""
+backend lays a verify out with, which attention backend each worker sends
+TARGET_VERIFY to, and whether attention runs data-parallel."""
 
 from __future__ import annotations
 
@@ -33,3 +33,11 @@ def verify_backends(server_args: Any) -> Dict[str, str]:
     target = getattr(server_args, f"{mode}_attention_backend", None) or common
     draft = getattr(server_args, "speculative_draft_attention_backend", None) or target
     return {worker: name for worker, name in ((TARGET, target), (DRAFT, draft)) if name}
+
+
+def dp_attention(server_args: Any) -> bool:
+    """Whether the server runs attention data-parallel: ``--enable-dp-attention``
+    (up to 0.5.22), or ``attn_dp_size`` above 1 (0.5.23's ``--attn-dp-size``;
+    0.5.23 also rewrites ``--enable-dp-attention --dp-size N`` into it, and
+    clears the flag, before any plugin validator runs)."""
+    return bool(getattr(server_args, "enable_dp_attention", False)) or (getattr(server_args, "attn_dp_size", None) or 1) > 1

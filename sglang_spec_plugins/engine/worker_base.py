@@ -23,11 +23,14 @@ class ModelFreeRunner:
     none, so both skip it as they do for NGRAM), its ``model_config`` (None,
     as NGRAM's), the device timer the metrics reporter sets, and the weight
     exporter a ``save_remote_model`` with a ``draft_url`` calls (nothing of its
-    own to save).
+    own to save). ``server_args`` are its worker's (for messages).
     """
 
     token_to_kv_pool = None
     model_config = None
+
+    def __init__(self, server_args=None):
+        self.server_args = server_args
 
     @property
     def weight_exporter(self) -> "ModelFreeRunner":
@@ -53,8 +56,8 @@ class ModelFreeDraftWorker:
     weight_load_time = 0.0
     preloaded_weights_bytes = 0
 
-    def __init__(self):
-        self.draft_runner = ModelFreeRunner()
+    def __init__(self, server_args=None):
+        self.draft_runner = ModelFreeRunner(server_args)
 
     def alloc_memory_pool(self, **pools) -> None:
         """The worker uses the target's pools; nothing of its own."""
@@ -108,7 +111,7 @@ def worker_base() -> type:
 
         @functools.cached_property
         def draft_worker(self):
-            return ModelFreeDraftWorker()
+            return ModelFreeDraftWorker(self.server_args)
 
         @functools.cached_property
         def model_runner(self):

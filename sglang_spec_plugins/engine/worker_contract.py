@@ -42,6 +42,7 @@ import textwrap
 from dataclasses import dataclass
 from typing import Iterable, List, Optional, Tuple
 
+from ..errors import show
 from .probe import installed_version, method_source, source_file
 from .worker_reads import WorkerRead, parsed, worker_reads
 
@@ -100,7 +101,7 @@ def check_worker(worker_cls: object, found: WorkerContract) -> List[str]:
     the file and line that read it."""
     where = f"SGLang {found.release}"
     if not isinstance(worker_cls, type):
-        return [f"the worker factory returned {worker_cls!r}, not a class; {where} instantiates what it returns"]
+        return [f"the worker factory returned {show(worker_cls)}, not a class; {where} instantiates what it returns"]
     problems = []
     try:
         signature = inspect.signature(worker_cls)
@@ -123,12 +124,16 @@ def check_worker(worker_cls: object, found: WorkerContract) -> List[str]:
         problems.append(f"{worker_cls.__name__} lacks {named}, which {where} uses on every speculative "
                         f"worker; build on sglang_spec_plugins.worker.worker_base() "
                         f"({found.base_class or 'SGLang'}'s defaults) to have them")
+    problems += _uncallable(worker_cls, found, assigned)
     problems += _unanswered_paths(worker_cls, found, assigned)
     if not hasattr(worker_cls, FORWARD):
         problems.append(f"{worker_cls.__name__} defines no {FORWARD}(self, batch, **kwargs), which the {where} "
                         "scheduler calls on every step")
     forward = getattr(worker_cls, FORWARD, None)
-    if callable(forward):
+    if inspect.iscoroutinefunction(forward) or inspect.isasyncgenfunction(forward):
+        problems.append(f"{worker_cls.__name__}.{FORWARD} is a coroutine function (async def): {where} calls it and "
+                        "uses what it returns, which would be a coroutine object; make it a plain def")
+    elif callable(forward):
         try:
             signature = inspect.signature(forward)
         except (TypeError, ValueError):  # no signature to read (a builtin, an odd callable): nothing to check
@@ -144,6 +149,27 @@ def check_worker(worker_cls: object, found: WorkerContract) -> List[str]:
     if abstract:
         problems.append(f"{worker_cls.__name__} leaves abstract {', '.join(abstract)}; {where} cannot instantiate it")
     return problems
+
+
+def _uncallable(worker_cls: type, found: WorkerContract, assigned: dict) -> List[str]:
+    """Members SGLang calls on every worker (``init_cuda_graphs()``) that the
+    class holds as something that cannot be called (``init_cuda_graphs = None``);
+    one made by the constructor is not judged."""
+    problems = []
+    for read in found.required_reads:
+        if read.path == FORWARD or "." in read.path or read.path in assigned or not any(
+                r.called and r.path == read.path and not r.optional for r in found.worker_reads):
+            continue
+        value = inspect.getattr_static(worker_cls, read.path, _ABSENT)
+        if value is not _ABSENT and not callable(value) and not isinstance(value, (property, functools.cached_property,
+                                                                                    staticmethod, classmethod)):
+            what = "is None" if value is None else f"is {show(value)}, a {type(value).__name__}"
+            problems.append(f"{worker_cls.__name__}.{read.path} {what}, not a method, but SGLang {found.release} calls it "
+                            f"on every speculative worker ({read.where})")
+    return problems
+
+
+_ABSENT = object()
 
 
 def _unanswered_paths(worker_cls: type, found: WorkerContract, assigned: dict) -> List[str]:

@@ -69,6 +69,8 @@ class WorkerRead:
     checked: Tuple[str, ...] = ()
     """Shorter paths SGLang has found not None where it reads this one
     (``if w.draft_worker is not None: w.draft_worker.x``): None there is fine."""
+    called: bool = False
+    """SGLang calls what it reads there (``w.init_cuda_graphs()``)."""
 
     @property
     def where(self) -> str:
@@ -191,14 +193,21 @@ class _Reader(ast.NodeVisitor):
             resolved = self._resolve(node)
             if resolved is not None:
                 self._record(resolved[0], node, resolved[1])
+        elif isinstance(node.func, ast.Attribute):  # ``w.init_cuda_graphs()``: a read that is called
+            resolved = self._resolve(node.func)
+            if resolved is not None and resolved[0]:
+                self._record(resolved[0], node.func, resolved[1], called=True)
+                for child in (node.func.value, *node.args, *node.keywords):
+                    self.visit(child)
+                return
         self.generic_visit(node)
 
-    def _record(self, path: Path_, node: ast.AST, optional: bool) -> None:
+    def _record(self, path: Path_, node: ast.AST, optional: bool, called: bool = False) -> None:
         if not path or (self.in_base and path[0] != "draft_worker") or (self.in_base and len(path) < 2):
             return
         joined = ".".join(path)
         checked = tuple(sorted(p for p in self.not_none if joined.startswith(p + ".")))
-        self.found.append(WorkerRead(joined, self.rel, node.lineno, optional or self.optional, checked))
+        self.found.append(WorkerRead(joined, self.rel, node.lineno, optional or self.optional, checked, called))
 
     def _resolve(self, node: ast.AST) -> Optional[Tuple[Path_, bool]]:
         """(path from the worker, whether reaching it is optional) of an

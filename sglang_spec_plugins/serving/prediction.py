@@ -26,18 +26,22 @@ def predict(
     attention_backend: Optional[str] = None,
     dp_attention: bool = False,
 ) -> Dict[str, Any]:
-    """``{"version", "summary", "lines", "problems", "backends"}`` for the
-    installed SGLang. ``backends`` says, per algorithm, ndt and worker (the
+    """``{"version", "summary", "lines", "problems", "backends", "not_run"}`` for the
+    installed SGLang (``not_run``: where it is not installed, the plugin code
+    it could not run). ``backends`` says, per algorithm, ndt and worker (the
     target, and the draft worker where it verifies), what each attention
     backend does with that width and verify shape
     (``attention_backend`` alone when the operator names one; a refusal of
-    that one is a problem). ``dp_attention``: the server runs with
-    ``--enable-dp-attention``."""
+    that one is a problem). ``dp_attention``: the server runs attention
+    data-parallel (``--enable-dp-attention``, ``--attn-dp-size`` above 1);
+    without ``ndts``, its refusal is judged at the default ndts ``check`` resolved."""
     harness = prepare()
     found = probe()
     if not found.installed:
-        return {"version": None, "summary": "not installed here: release-specific checks skipped", "lines": [], "problems": [],
-                "backends": {}, "cpu_harness": None}
+        not_run = [_not_run(plugin_set.algorithms[name]) for name in policies]
+        return {"version": None, "summary": f"not installed here; not run: {'; '.join(not_run)}, and the checks on "
+                                            "the SGLang release" if not_run else "not installed here",
+                "lines": [], "problems": [], "backends": {}, "cpu_harness": None, "not_run": not_run}
     problems: List[str] = []
     lines: List[str] = []
     names = ", ".join(policies) or "no algorithm"
@@ -49,13 +53,13 @@ def predict(
         if policies:
             problems.append(f"SGLang {found.version} cannot serve {names}: {'; '.join(reasons)}; the loader will register nothing")
         return {"version": found.version, "summary": f"{found.version}: cannot serve plugin algorithms", "lines": reasons,
-                "problems": problems, "backends": {}, "cpu_harness": harness}
+                "problems": problems, "backends": {}, "cpu_harness": harness, "not_run": []}
 
     from ..engine.facts import DRAFT, TARGET
     from ..engine.worker_contract import contract
     from ..patches.attention_support import KNOWN_BACKENDS, support_at_widths
     from ..patches.support import Serving
-    from .startup_check import faults, verifying_workers
+    from .startup_check import dp_attention_faults, faults, verifying_workers
 
     backends: Dict[str, Dict[str, Dict[str, Dict[str, str]]]] = {}
 
@@ -79,6 +83,13 @@ def predict(
                 offered, policy, args, found.version, ndt=ndt, disable_overlap=disable_overlap, backends=named,
                 dp_attention=dp_attention,
                 release=release, validate=ndt is not None and args is not None, factory=args is not None)]
+        if dp_attention and not ndts:  # the widths ``check`` resolved at its default ndts
+            refused: Dict[str, int] = {}
+            for ndt in sorted({n for n, _ in policy.width_cache}):
+                for line in dp_attention_faults(policy, ndt):
+                    refused.setdefault(line, ndt)
+            problems += [f"{origin}: {line} (found at a default ndt; `check -n {ndt}` shows it alone)"
+                         for line, ndt in refused.items()]
         for ndt in ndts:
             for draft in verifying_workers(policy, ndt):  # a refused width is reported already
                 shape, worker = offered.spec.verify_shape, DRAFT if draft else TARGET
@@ -90,7 +101,15 @@ def predict(
                     backends.setdefault(name, {}).setdefault(str(ndt), {}).setdefault(worker, {})[backend] = {
                         "verdict": support.verdict, "reason": at + support.reason}
     return {"version": found.version, "summary": f"{found.version}: can serve plugin algorithms", "lines": lines,
-            "problems": sorted(set(problems), key=problems.index), "backends": backends, "cpu_harness": harness}
+            "problems": sorted(set(problems), key=problems.index), "backends": backends, "cpu_harness": harness,
+            "not_run": []}
+
+
+def _not_run(offered) -> str:
+    """What ``check`` cannot run of ``offered`` without SGLang: the plugin code SGLang hands its ``ServerArgs``."""
+    code = "validate_server_args and worker_factory" if offered.spec.validate_server_args else "worker_factory"
+    need = "need" if offered.spec.validate_server_args else "needs"
+    return f"{code} of {offered.name} (plugin {offered.plugin!r}), which {need} SGLang's ServerArgs"
 
 
 def attention_backend_choices() -> tuple:

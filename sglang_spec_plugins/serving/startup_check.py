@@ -22,12 +22,17 @@ with a :class:`PluginError` naming plugin, distribution, algorithm and hook.
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable, List, Mapping, Optional
 
-from ..engine.facts import DRAFT, verify_backends
-from ..errors import describe_exception
+from ..engine.facts import DRAFT, dp_attention, verify_backends
+from ..errors import ConfigError, PluginError, PluginInterrupted, StartupRefused, show
 from ..plugins import OfferedAlgorithm
 from ..policy import VerifyPolicy
+
+logger = logging.getLogger("sglang_spec_plugins")
+
+BEFORE_WEIGHTS = " (found while SGLang resolved its server arguments, before loading any weights)"
 
 def faults(offered: OfferedAlgorithm, policy: VerifyPolicy, server_args: Any, version: str, *,
            ndt: Optional[int], disable_overlap: bool, backends: Mapping[str, str], release: Any = None,
@@ -37,12 +42,13 @@ def faults(offered: OfferedAlgorithm, policy: VerifyPolicy, server_args: Any, ve
     the plugin's ``validate_server_args`` (any exception, ``AssertionError``
     included; SGLang stops there), the overlap rule, the worker factory's
     result against the release's worker contract, widths by batch size with
-    DP attention (``dp_attention``: ``--enable-dp-attention``), and the attention
+    DP attention (``dp_attention``: :func:`~..engine.facts.dp_attention`), and the attention
     ``backends`` (worker -> ``--attention-backend`` name) at the plugin's
     widths at ``ndt`` (those ``policy`` has resolved: resolving them is the
     caller's step, since a width fault is a PluginError of its own).
     ``validate``/``factory`` False skip the validator/the factory (``check``
-    without arguments to hand them). Raises nothing a plugin causes."""
+    without arguments to hand them). Raises nothing a plugin causes but an
+    interrupt (:class:`~..errors.PluginInterrupted`)."""
     from ..engine.worker_contract import contract
 
     release = release or contract()
@@ -58,15 +64,23 @@ def faults(offered: OfferedAlgorithm, policy: VerifyPolicy, server_args: Any, ve
 
 
 def validator_fault(offered: OfferedAlgorithm, server_args: Any, ndt: Optional[int]) -> Optional[str]:
-    """What the plugin's own ``validate_server_args`` raised, or None."""
-    if offered.spec.validate_server_args is None:
+    """What the plugin's own ``validate_server_args`` raised (SGLang stops on any
+    exception from it), or what it returned other than None (SGLang ignores
+    that, so a ``False`` meant as a refusal would let the server start); None
+    when it accepts."""
+    validate = offered.spec.validate_server_args
+    if validate is None:
         return None
     try:
-        offered.spec.validate_server_args(server_args)
-    except KeyboardInterrupt:
+        with offered.code("validate_server_args", failed=f"validate_server_args refused --speculative-num-draft-tokens {ndt}:"):
+            answer = validate(server_args)
+    except PluginInterrupted:
         raise
-    except BaseException as exc:  # SGLang stops on any exception from the validator
-        return f"validate_server_args refused --speculative-num-draft-tokens {ndt}: {describe_exception(exc)}"
+    except PluginError as exc:
+        return exc.detail
+    if answer is not None:
+        return (f"validate_server_args returned {show(answer)}; SGLang ignores what a validator returns: return None to "
+                "accept the arguments, or raise ValueError saying what to change")
     return None
 
 
@@ -85,12 +99,14 @@ def factory_faults(offered: OfferedAlgorithm, server_args: Any, release: Any) ->
     from ..engine.worker_contract import check_worker
 
     try:
-        worker = offered.spec.worker_factory(server_args)
-    except KeyboardInterrupt:
+        with offered.code("worker_factory", failed="worker_factory raised"):
+            worker = offered.spec.worker_factory(server_args)
+        with offered.code("worker_factory", failed="reading the class worker_factory returned raised"):
+            return check_worker(worker, release)  # its members, descriptors and signatures are the plugin's code
+    except PluginInterrupted:
         raise
-    except BaseException as exc:
-        return [f"worker_factory raised {describe_exception(exc)}"]
-    return check_worker(worker, release)
+    except PluginError as exc:
+        return [exc.detail]
 
 
 def verifying_workers(policy: VerifyPolicy, ndt: Optional[int]) -> List[bool]:
@@ -104,14 +120,14 @@ def dp_attention_faults(policy: VerifyPolicy, ndt: Optional[int]) -> List[str]:
     """Widths by batch size are not served with DP attention: SGLang's decode
     CUDA-graph runner pads every DP rank's batch to the largest rank's, so the
     size of one rank's batch does not say which graph (captured at which
-    width) the step replays."""
+    width) the step replays. One width in every bucket is one width, and is served."""
     found: List[str] = []
     for draft in verifying_workers(policy, ndt):
         buckets = policy.widths_by_batch_size(ndt, draft)
         line = (f"{policy.widths_by_batch_size_source(ndt, draft)} gives widths by batch size {buckets}, which are not served "
-                "with --enable-dp-attention (SGLang pads every DP rank's decode batch to the largest rank's); use one "
-                "width (no widths by batch size) or no DP attention")
-        if buckets is not None and line not in found:  # plugins.toml's widths are both workers'
+                "with DP attention (--enable-dp-attention or --attn-dp-size above 1; SGLang pads every DP rank's decode "
+                "batch to the largest rank's); use one width (no widths by batch size) or no DP attention")
+        if buckets is not None and len(buckets.candidates) > 1 and line not in found:  # plugins.toml's: both workers'
             found.append(line)
     return found
 
@@ -139,21 +155,30 @@ def backend_faults(offered: OfferedAlgorithm, policy: VerifyPolicy, version: str
 def validator(offered: OfferedAlgorithm, policy: VerifyPolicy, version: str) -> Callable[[Any], None]:
     """The ``validate_server_args`` the loader registers for ``offered``: the
     plugin's validator, the widths at the configured ndt, then the rest of
-    :func:`faults` on SGLang's own arguments; one PluginError naming the
-    plugin, its distribution and the algorithm lists what it found."""
+    :func:`faults` on SGLang's own arguments; one error naming the plugin, its
+    distribution and the algorithm lists what it found, said to come before
+    any weights. An interrupt of the plugin's code stops the server
+    (:class:`~..errors.StartupRefused`, status 130) after logging which code
+    it interrupted."""
 
     def validate_server_args(server_args: Any) -> None:
         ndt = getattr(server_args, "speculative_num_draft_tokens", None)
-        refused = validator_fault(offered, server_args, ndt)
-        if refused is None and ndt is not None:
-            policy.validate(ndt)  # a width fault raises its own PluginError
-        found = [refused] if refused else faults(
-            offered, policy, server_args, version, ndt=ndt, validate=False,
-            disable_overlap=bool(getattr(server_args, "disable_overlap_schedule", False)),
-            dp_attention=bool(getattr(server_args, "enable_dp_attention", False)),
-            backends=verify_backends(server_args))
+        try:
+            refused = validator_fault(offered, server_args, ndt)
+            if refused is None and ndt is not None:
+                policy.validate(ndt)  # a width fault raises its own error
+            found = [refused] if refused else faults(
+                offered, policy, server_args, version, ndt=ndt, validate=False,
+                disable_overlap=bool(getattr(server_args, "disable_overlap_schedule", False)),
+                dp_attention=dp_attention(server_args), backends=verify_backends(server_args))
+        except PluginInterrupted as exc:
+            logger.error("sglang-spec-plugins: %s", exc)
+            raise StartupRefused(exc) from exc
+        except PluginError as exc:
+            raise PluginError(exc.plugin, exc.detail + BEFORE_WEIGHTS, exc.distribution) from exc
+        except ConfigError as exc:
+            raise ConfigError([problem + BEFORE_WEIGHTS for problem in exc.problems]) from exc
         if found:
-            raise policy._fault("; ".join(found) + " (found while SGLang resolved its server arguments, before "
-                                "loading any weights)")
+            raise policy.fault("; ".join(found) + BEFORE_WEIGHTS)
 
     return validate_server_args

@@ -117,9 +117,19 @@ class Kit(pytest.Collector):
         def table(name: str):
             return checks.answers(plugin_set, owned[name], ndts(name))
 
+        def answered(*names: str) -> None:
+            """Skip a check that needs these algorithms' answers where they are refused (reported there, once)."""
+            for name in names:
+                for check, step in (("validate_server_args", ndts), ("answers", table)):
+                    try:
+                        step(name)
+                    except Finding:
+                        pytest.skip(f"not run: the plugin's answers are refused ({name}::{check})")
+
         def on_sglang(section: str):
             if not checks.sglang_importable():
                 pytest.skip("SGLang is not importable here; these checks run where it is")
+            answered(*sorted(owned))
             sections = ("attention",) if section == "attention" else ("registry", "start", "worker")  # attention: slow
             return checks.on_sglang(plugin, cfg, tuple((n, ndts(n)) for n in sorted(owned)), sections)
 
@@ -128,13 +138,14 @@ class Kit(pytest.Collector):
             prefix = f"{plugin}::{name}"
             yield self._item(f"{prefix}::validate_server_args", functools.partial(ndts, name))
             yield self._item(f"{prefix}::answers", functools.partial(table, name))
-            yield self._item(f"{prefix}::pure", functools.partial(_pure, plugin_set, offered, cfg, ndts, table))
+            yield self._item(f"{prefix}::pure", functools.partial(_pure, plugin_set, offered, cfg, ndts, table, answered))
             yield self._item(f"{prefix}::worker_factory", functools.partial(_factory, offered, ndts))
             for section in ("registry", "start", "worker", "attention"):
                 yield self._item(f"{prefix}::sglang_{section}", functools.partial(_section, on_sglang, offered, section))
 
 
-def _pure(plugin_set, offered, cfg, ndts, table) -> None:
+def _pure(plugin_set, offered, cfg, ndts, table, answered) -> None:
+    answered(offered.name)
     first = table(offered.name)
     checks.same_answers(first, checks.answers(plugin_set, offered, ndts(offered.name)), offered, "between two fresh policies")
     for seed in ("0", "1"):
@@ -155,7 +166,11 @@ def _factory(offered, ndts) -> None:
 
 
 def _section(on_sglang, offered, section: str) -> None:
-    problems = checks.report_problems(on_sglang(section), offered.name, section)
+    report = on_sglang(section)
+    skipped = report.get("algorithms", {}).get(offered.name, {}).get(section, {}).get("not_run")
+    if skipped:
+        pytest.skip(f"not run: {skipped}")
+    problems = checks.report_problems(report, offered.name, section)
     if problems:
         raise Finding("\n".join(f"plugin {offered.plugin!r}, algorithm {offered.name}: {p}" for p in problems))
 

@@ -22,7 +22,11 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .. import config as config_mod
 from .. import ndt_grid
-from ..errors import SpecPluginError
+from ..agreement import AGREEMENT_ENV
+from ..answers import FreshProcessFailed, in_fresh_process
+from ..answers import table as answer_table
+from ..errors import PluginError, SpecPluginError, show
+from ..plugin_calls import describe_exception
 from ..plugins import ALLOW_ENV, OfferedAlgorithm, PluginSet, discover
 from ..policy import VerifyPolicy
 
@@ -74,61 +78,51 @@ def accepted_ndts(offered: OfferedAlgorithm, configured: Sequence[int] = (), mak
 
 
 def answers(plugin_set: PluginSet, offered: OfferedAlgorithm, ndts) -> Dict[str, Any]:
-    """Every answer SGLang asks for, through a fresh policy: draft-may-verify,
-    and per ndt the maximum and the widths of the target and the draft worker.
-    A rejected answer is a Finding carrying the policy's message."""
-    policy = VerifyPolicy(plugin_set, offered)
+    """Every answer SGLang asks for (:func:`~sglang_spec_plugins.answers.table`),
+    through a fresh policy. A rejected answer is a Finding carrying the policy's message."""
     try:
-        table: Dict[str, Any] = {"draft_may_verify": policy.draft_may_verify()}
-        for ndt in ndts:
-            table[str(ndt)] = {"max": policy.max_width(ndt), "target": policy.width(ndt, False),
-                               "draft": policy.width(ndt, True)}
+        return answer_table(VerifyPolicy(plugin_set, offered), ndts)
     except (SpecPluginError, ValueError) as exc:
         raise Finding(str(exc)) from exc
-    return table
 
 
 def same_answers(first: Dict[str, Any], second: Dict[str, Any], offered: OfferedAlgorithm, how: str) -> None:
     """Two answer tables must be equal; the first difference is a Finding."""
-    for key in first.keys() | second.keys():
-        if first.get(key) != second.get(key):
-            where = "sgl_spec_draft_may_verify()" if key == "draft_may_verify" else \
-                f"the answers at num_draft_tokens={key} (max, target width, draft width)"
+    rows = [("sgl_spec_draft_may_verify()", first["draft_may_verify"], second["draft_may_verify"])]
+    rows += [(f"the answers at num_draft_tokens={ndt} (max, widths and widths by batch size)", first["widths"].get(ndt),
+              second["widths"].get(ndt)) for ndt in first["widths"].keys() | second["widths"].keys()]
+    for where, mine, theirs in rows:
+        if mine != theirs:
             raise Finding(f"plugin {offered.plugin!r}, algorithm {offered.name}: {where} differ {how}: "
-                          f"{first.get(key)!r} vs {second.get(key)!r}; answers must be pure (SGLang asks in every "
+                          f"{mine!r} vs {theirs!r}; answers must be pure (SGLang asks in every "
                           "process and captures CUDA graphs per width)")
 
 
 def answers_in_fresh_process(plugin: str, config_path: Optional[Path], algorithm: str, ndts, hash_seed: str) -> Dict[str, Any]:
     """:func:`answers` computed by a new Python process (``PYTHONHASHSEED=hash_seed``)."""
-    env = dict(os.environ, PYTHONHASHSEED=hash_seed)
-    code = ("import contextlib, json, sys; from sglang_spec_plugins.testing.checks import _answers_main\n"
-            "with contextlib.redirect_stdout(sys.stderr):  # what the plugin prints at import is not the answer\n"
-            "    answers = _answers_main(*sys.argv[1:])\n"
-            "json.dump(answers, sys.stdout)")
-    out = subprocess.run([sys.executable, "-c", code, plugin, str(config_path or ""), algorithm,
-                          ",".join(map(str, ndts))], capture_output=True, text=True, env=env)
-    if out.returncode != 0:
-        raise Finding(f"plugin {plugin!r}, algorithm {algorithm}: asking in a fresh process failed:\n{out.stderr[-2000:]}")
-    return json.loads(out.stdout)
-
-
-def _answers_main(plugin: str, config_path: str, algorithm: str, ndts: str) -> Dict[str, Any]:
-    plugin_set = load(plugin, Path(config_path) if config_path else None)
-    return answers(plugin_set, plugin_set.algorithms[algorithm], [int(n) for n in ndts.split(",")])
+    env = dict(os.environ, PYTHONHASHSEED=hash_seed, **{ALLOW_ENV: plugin})
+    try:
+        report = in_fresh_process(config_path, {algorithm: ndts}, env=env, locate=False)
+    except FreshProcessFailed as exc:
+        raise Finding(f"plugin {plugin!r}, algorithm {algorithm}: asking in a fresh process {exc}") from None
+    if algorithm not in report["tables"]:
+        raise Finding(f"plugin {plugin!r}, algorithm {algorithm}: a fresh process does not offer it: "
+                      + "; ".join(report["problems"] or ["no problem reported"]))
+    return report["tables"][algorithm]
 
 
 def worker_class(offered: OfferedAlgorithm, ndt: int) -> type:
     """What the factory returns for a start-up SGLang would accept; it must be a class."""
     args = server_args(offered.name, ndt, not offered.spec.supports_overlap)
     try:
-        made = offered.spec.worker_factory(args)
-    except Exception as exc:
+        with offered.code("worker_factory(server_args)"):
+            made = offered.spec.worker_factory(args)
+    except PluginError as exc:
         raise Finding(f"plugin {offered.plugin!r}, algorithm {offered.name}: worker_factory(server_args) raised "
-                      f"{type(exc).__name__}: {exc}") from exc
+                      f"{describe_exception(exc.__cause__)}") from exc.__cause__
     if not isinstance(made, type):
         raise Finding(f"plugin {offered.plugin!r}, algorithm {offered.name}: worker_factory(server_args) returned "
-                      f"{made!r}; SGLang instantiates what it returns, so it must return the worker class")
+                      f"{show(made)}; SGLang instantiates what it returns, so it must return the worker class")
     return made
 
 
@@ -146,6 +140,7 @@ def on_sglang(plugin: str, config_path: Optional[Path], ndts_by_algorithm: Tuple
     and return its report (one run per session, plugin and sections)."""
     env = dict(os.environ, SGLANG_SPEC_PLUGINS=plugin)
     env.pop("SGLANG_PLUGINS", None)
+    env.pop(AGREEMENT_ENV, None)  # a server's agreement the environment names is that server's, not this check's
     if config_path:
         env["SGLANG_SPEC_PLUGINS_CONFIG"] = str(config_path)
     request = json.dumps({"plugin": plugin, "ndts": {name: list(ndts) for name, ndts in ndts_by_algorithm},

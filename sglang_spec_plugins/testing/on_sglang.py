@@ -31,13 +31,14 @@ import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # SGLang's Triton metadata kernels, on a CPU
 
-import contextlib  # noqa: E402
 import json  # noqa: E402
 import sys  # noqa: E402
 from types import SimpleNamespace  # noqa: E402
 from typing import Any, Dict, List  # noqa: E402
 
 from ..engine.cpu_harness import prepare  # noqa: E402
+from ..errors import PluginError, SpecPluginError  # noqa: E402
+from ..plugin_calls import report_stream  # noqa: E402
 from .cpu import run_sglang_plugin_loading  # noqa: E402
 
 SECTIONS = ("registry", "start", "worker", "attention")
@@ -160,14 +161,14 @@ def start_section(name, offered, ndts) -> Dict[str, Any]:
     return {"problems": problems, "flag": flag, "worker": worker}
 
 
-def worker_section(worker) -> Dict[str, Any]:
+def worker_section(name, worker) -> Dict[str, Any]:
     from ..engine.worker_contract import check_worker, contract
 
     if worker is None:
-        return {"problems": ["no worker class: SGLang's create_worker failed (see the start check)"]}
+        return {"problems": [], "not_run": f"no worker class: SGLang's create_worker failed ({name}::sglang_start)"}
     found = contract()
-    return {"problems": check_worker(worker, found), "class": f"{worker.__module__}.{worker.__qualname__}",
-            "constructor_kwargs": list(found.constructor_kwargs)}
+    named = f"{worker.__module__}.{worker.__qualname__}" if isinstance(worker, type) else None
+    return {"problems": check_worker(worker, found), "class": named, "constructor_kwargs": list(found.constructor_kwargs)}
 
 
 def attention_section(name, policy, ndts) -> Dict[str, Any]:
@@ -236,7 +237,10 @@ def main(request: Dict[str, Any]) -> Dict[str, Any]:
 
         report = loader.load()
     except (Exception, SystemExit) as exc:
-        return {"error": f"SGLang's plugin loading refused plugin {request['plugin']!r}: {exc}"}
+        cause = getattr(exc, "cause", exc)
+        if not (isinstance(cause, PluginError) and cause.plugin == request["plugin"]):
+            return {"error": f"SGLang's plugin loading stopped here, not for plugin {request['plugin']!r}: {cause}"}
+        return {"error": f"SGLang's plugin loading refused plugin {request['plugin']!r}: {cause}"}
     from ..engine.probe import probe
 
     out: Dict[str, Any] = {"release": probe().version, "algorithms": {}}
@@ -248,20 +252,24 @@ def main(request: Dict[str, Any]) -> Dict[str, Any]:
         offered = report.plugins.algorithms[name]
         wanted = request.get("sections", SECTIONS)
         found: Dict[str, Any] = {}
-        if "registry" in wanted:
-            found["registry"] = registry_section(name, policy, ndts)
-        if "start" in wanted or "worker" in wanted:
-            start = start_section(name, offered, ndts)
-            worker = start.pop("worker")
-            found["start"] = start
-            found["worker"] = worker_section(worker)
-        if "attention" in wanted:
-            found["attention"] = attention_section(name, policy, ndts)
+        try:
+            if "registry" in wanted:
+                found["registry"] = registry_section(name, policy, ndts)
+            if "start" in wanted or "worker" in wanted:
+                start = start_section(name, offered, ndts)
+                worker = start.pop("worker")
+                found["start"] = start
+                found["worker"] = worker_section(name, worker)
+            if "attention" in wanted:
+                found["attention"] = attention_section(name, policy, ndts)
+        except SpecPluginError as exc:  # an answer refused on SGLang only: the sections left say so
+            for section in wanted:
+                found.setdefault(section, {"problems": [str(exc)]})
         out["algorithms"][name] = found
     return out
 
 
 if __name__ == "__main__":
-    with contextlib.redirect_stdout(sys.stderr):  # SGLang's own prints must not mix with the report
-        result = main(json.loads(sys.argv[1]))
-    print(json.dumps(result, default=str))
+    with report_stream() as out:  # what SGLang and the plugin write to stdout must not mix with the report
+        json.dump(main(json.loads(sys.argv[1])), out, default=str)
+        out.write("\n")

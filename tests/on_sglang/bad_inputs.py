@@ -498,8 +498,8 @@ CASES = [
          WIDTH + "[algorithms.BAD]\nwidths_by_batch_size = {1 = 4, 8 = 2}\n", {"bad": starting("forward_batch_generation(self, batch, **kwargs)")},
          start=dict(FLAGS, attn_dp_size=2, tp_size=2), since="0.5.23"),
     # --- plugin code that misbehaves: still the plugin's fault, by name (issue 24) ---
-    Case("widths answer whose len() raises", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: reading what sgl_spec_widths_by_batch_size\(num_draft_tokens=8, is_draft_worker=False\) returned \(a bad_mod.Widths\) raised RuntimeError: no len",
-         WIDTH, {"bad": with_hook(simple_plugin("BAD", widths="Widths({1: 2})"), "class Widths(dict):\n    def __len__(self):\n        raise RuntimeError('no len')\n")}, ndt=8),
+    Case("widths answer whose items() raises", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: reading what sgl_spec_widths_by_batch_size\(num_draft_tokens=8, is_draft_worker=False\) returned \(a bad_mod.Widths\) raised RuntimeError: no items",
+         WIDTH, {"bad": with_hook(simple_plugin("BAD", widths="Widths({1: 2})"), "class Widths(dict):\n    def items(self):\n        raise RuntimeError('no items')\n")}, ndt=8),
     Case("widths answer whose iteration raises", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: reading what sgl_spec_widths_by_batch_size\(num_draft_tokens=8, is_draft_worker=False\) returned \(a bad_mod.Widths\) raised RuntimeError: no iter",
          WIDTH, {"bad": with_hook(simple_plugin("BAD", widths="Widths()"), "import collections.abc\nclass Widths(collections.abc.Mapping):\n    def __getitem__(self, key):\n        return 2\n    def __len__(self):\n        return 1\n    def __iter__(self):\n        raise RuntimeError('no iter')\n")}, ndt=8),
     Case("width hook raises what cannot be shown", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: sgl_spec_verify_width\(num_draft_tokens=8, is_draft_worker=False\) raised Weird \(its message cannot be shown: str\(\) of it raised ValueError: bad str\)",

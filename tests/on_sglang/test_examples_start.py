@@ -26,7 +26,7 @@ def test_example_starts_with_the_readme_command(sglang_loaded, name):
     assert start["problems"] == [] and start["flag"] == flag
     worker = start["worker"]
     assert worker.__name__ == {"SBD": "SBDWorker", "DFLASH_BLOCK": "DFlashBlockWorker"}[name]
-    assert worker_section(worker)["problems"] == []
+    assert worker_section(name, worker)["problems"] == []
     registry = registry_section(name, policy, [ndt])
     assert registry["problems"] == []
     assert registry["spec_utils"] == hasattr(importlib.import_module("sglang.srt.speculative.spec_utils"),

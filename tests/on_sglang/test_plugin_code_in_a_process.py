@@ -93,14 +93,14 @@ def test_a_keyboard_interrupt_from_plugin_code_stops_naming_it(bad, tmp_path, wh
 def test_output_on_the_real_stdout_at_import_leaves_the_reports_intact(bad, tmp_path):
     loud = ("import os, sys\nos.write(1, b'written to fd 1\\n')\nsys.__stdout__.write('written to sys.__stdout__\\n')\n"
             "sys.__stdout__.flush()\n")
-    env = bad(loud + simple_plugin("BAD", width="2"))
+    env = bad(loud + starting("forward_batch_generation(self, batch, **kwargs)"))
     listed = run(cli("list", "--json"), env, tmp_path)
     assert listed.returncode == 0 and json.loads(listed.stdout)["algorithms"]["BAD"]["plugin"] == "bad", listed.stdout
-    checked = run(cli("check", "--json", "-n4"), env, tmp_path)
+    checked = run(cli(*check_args(), "--json"), env, tmp_path)
     report = json.loads(checked.stdout)
     assert checked.returncode == 0 and report["ok"], report
     assert "written to fd 1" in checked.stderr and "written to sys.__stdout__" in checked.stderr
-    plain = run(cli("check", "-n4"), env, tmp_path)
+    plain = run(cli(*check_args()), env, tmp_path)
     assert plain.returncode == 0 and plain.stdout.splitlines()[-1] == "ok", plain.stdout + plain.stderr
 
 

@@ -1,0 +1,165 @@
+"""Running a plugin's code: what goes wrong there is the plugin's fault, by name.
+
+Every call into a plugin (importing it, its hooks, its ``validate_server_args``
+and worker factory, reading what they returned) runs inside
+:func:`plugin_code`, which decides whose fault an error is:
+
+* any exception the code lets out, of any kind (``SystemExit``, pytest's
+  ``Skipped``, one whose ``str()`` itself raises), is the plugin's: a
+  :class:`~.errors.PluginError` naming the plugin, its distribution and the
+  call, which ``on_error = "skip"`` skips and ``check`` reports;
+* ``os._exit`` called by that code (which would end the process at once,
+  with no message) is refused the same way;
+* a ``KeyboardInterrupt`` is no fault (it may be the operator's Ctrl-C): it
+  becomes :class:`~.errors.PluginInterrupted`, still a ``KeyboardInterrupt``,
+  which stops the run at once whatever ``on_error`` says, naming the plugin
+  code it interrupted; the commands and the loader report it in one line,
+  without a traceback;
+* code still running after :data:`SLOW_S` seconds (an import that hangs) is
+  named in one warning while it runs.
+
+What plugin code prints does not reach a command's report:
+:func:`report_stream` gives the report the real standard output and sends
+everything else written there, at any level, to standard error.
+
+An error raised anywhere else is this package's own: :func:`package_fault`
+is how it is reported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import sys
+from typing import Iterator, Optional, TextIO
+
+from .errors import PluginError, PluginInterrupted, plugin_origin, type_name
+
+logger = logging.getLogger("sglang_spec_plugins")
+
+SLOW_S = 10
+"""Seconds after which plugin code still running is named in a warning."""
+
+
+class OsExitCalled(BaseException):
+    """Raised in place of ``os._exit(code)`` while plugin code runs."""
+
+    def __init__(self, code):
+        self.code = code
+        super().__init__(code)
+
+
+@contextlib.contextmanager
+def plugin_code(plugin: str, distribution: Optional[str], what: str, *, failed: Optional[str] = None,
+                doing: Optional[str] = None) -> Iterator[None]:
+    """Run the ``with`` body as plugin ``plugin``'s code (see the module doc).
+    ``what`` names the call in messages (``algorithm BAD: validate_server_args``);
+    a fault reads ``{failed} {the exception}`` (``failed`` defaults to
+    ``{what} raised``); the warning of a slow call says ``still {doing}``
+    (default ``running {what}``)."""
+    watch = threading.Timer(SLOW_S, _still, (f"{plugin_origin(plugin, distribution)}: still {doing or 'running ' + what} after {SLOW_S} s",))
+    watch.daemon = True
+    watch.start()
+    try:
+        with _refusing_os_exit():
+            yield
+    except PluginInterrupted:
+        raise
+    except KeyboardInterrupt as exc:
+        raise PluginInterrupted(plugin, f"{what} was interrupted (KeyboardInterrupt)", distribution) from exc
+    except BaseException as exc:
+        raise PluginError(plugin, f"{failed or what + ' raised'} {describe_exception(exc)}", distribution) from exc
+    finally:
+        watch.cancel()
+
+
+def describe_exception(exc: BaseException) -> str:
+    """How a message names an exception plugin code raised."""
+    if isinstance(exc, OsExitCalled):
+        return (f"os._exit (it called os._exit({exc.code!r}), which ends the process at once, with status {exc.code!r} "
+                "and no message; a plugin must raise instead)")
+    if isinstance(exc, SystemExit):
+        return f"SystemExit (it called sys.exit({exc.code!r}))"
+    name = type(exc).__name__ if isinstance(exc, Exception) else type_name(exc)
+    try:
+        text = f"{name}: {exc}"
+    except Exception as unshown:  # its __str__ raises
+        return f"{name} (its message cannot be shown: str() of it raised {type(unshown).__name__}: {unshown})"
+    if not isinstance(exc, Exception):  # e.g. pytest.skip(allow_module_level=True) outside pytest
+        return f"{text} (a BaseException that is not an Exception)"
+    return text
+
+
+@contextlib.contextmanager
+def report_stream() -> Iterator[TextIO]:
+    """The stream a command writes its report to (with ``--json``, one JSON
+    document), while whatever else is written to standard output (``print``,
+    ``sys.__stdout__``, ``os.write(1, ...)`` by a plugin or SGLang while they
+    load) goes to standard error. Where ``sys.stdout`` is not the process's
+    own (a caller captures it), the report goes there and only ``sys.stdout``
+    writes are moved."""
+    if sys.__stdout__ is None or sys.stdout is not sys.__stdout__:
+        report = sys.stdout
+        with contextlib.redirect_stdout(sys.stderr):
+            yield report
+        return
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+        os.dup2(2, 1)
+    except OSError:  # no standard output to keep
+        with contextlib.redirect_stdout(sys.stderr):
+            yield sys.stdout
+        return
+    report = os.fdopen(os.dup(saved), "w", encoding=sys.__stdout__.encoding, errors=sys.__stdout__.errors)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield report
+    finally:
+        try:
+            report.close()  # flushes it: BrokenPipeError where the reader left
+        finally:
+            sys.__stdout__.flush()
+            os.dup2(saved, 1)
+            os.close(saved)
+
+
+def package_fault(exc: BaseException) -> str:
+    """How an error raised outside any plugin's code is reported: a bug of this package."""
+    return f"unexpected {type(exc).__name__}: {exc} (a bug in sglang-spec-plugins; please report it)"
+
+
+def _still(line: str) -> None:
+    logger.warning("sglang-spec-plugins: %s", line)
+
+
+_real_exit = os._exit
+_guarded = {}  # thread ident -> depth of plugin code running in it
+_lock = threading.Lock()
+
+
+def _exit(code):
+    if threading.get_ident() in _guarded:
+        raise OsExitCalled(code)
+    _real_exit(code)
+
+
+@contextlib.contextmanager
+def _refusing_os_exit() -> Iterator[None]:
+    """While the body runs in this thread, ``os._exit`` raises :class:`OsExitCalled`
+    here (other threads end the process as before)."""
+    me = threading.get_ident()
+    with _lock:
+        _guarded[me] = _guarded.get(me, 0) + 1
+        os._exit = _exit
+    try:
+        yield
+    finally:
+        with _lock:
+            _guarded[me] -= 1
+            if not _guarded[me]:
+                del _guarded[me]
+            if not _guarded:
+                os._exit = _real_exit
