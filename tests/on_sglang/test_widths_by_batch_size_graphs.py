@@ -28,7 +28,7 @@ from sglang_spec_plugins.patches.unit import revert_all
 from sglang_spec_plugins.engine.probe import probe
 from sglang_spec_plugins.patches.attention_support import attention_support
 from sglang_spec_plugins.patches.attention_support import WIDTHS_BY_BATCH_BACKENDS
-from sglang_spec_plugins.widths_by_batch_size import WidthsByBatchSize, WidthSchedule, padded_size
+from sglang_spec_plugins.widths_by_batch_size import WidthsByBatchSize, WidthSchedule, graph_size, padded_size
 
 NDT, MAX_WIDTH = 4, 6
 BUCKETS = {1: 6, 2: 4, 4: 2}
@@ -173,6 +173,25 @@ def test_a_replay_sees_the_graphs_of_the_batch_s_width(algorithm):
     assert can_run(runner, verify_batch(2, 6)) is False  # width 6 is captured only for 1 request
     assert state_at_entry(can_run, runner, verify_batch(2, 6)) is None
     assert runner.capture_bs == CAPTURED and getattr(runner, widths_by_batch_size.width_attribute(runner)) == MAX_WIDTH
+
+
+@pytest.mark.parametrize("padding", [True, False], ids=["padding", "disable_padding"])
+def test_the_can_run_check_refuses_exactly_the_batches_no_graph_of_their_width_holds(algorithm, padding):
+    """Every batch size and width of the buckets: the release's own can-run check runs (at the batch's graphs)
+    where a graph captured at the batch's width holds the batch (the same size, with padding disabled), and
+    the batch runs eagerly (False, the release's check not run) everywhere else."""
+    runner = built_runner(algorithm)
+    runner.disable_padding = not padding
+    can_run = replay_methods(runner)[0]
+    buckets = WidthsByBatchSize.parse(BUCKETS)
+    for bs in range(1, max(CAPTURED) + 2):
+        for width in buckets.candidates:
+            size = graph_size(buckets, bs, width, CAPTURED)
+            held = size is not None and (padding or size == bs)
+            entered = state_at_entry(can_run, runner, verify_batch(bs, width))
+            assert (entered is not None) == held, (bs, width, size, entered)
+            if not held:
+                assert can_run(runner, verify_batch(bs, width)) is False, (bs, width)
 
 
 def test_a_recapture_during_a_replay_captures_every_size(algorithm):

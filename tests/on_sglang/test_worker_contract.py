@@ -167,3 +167,34 @@ def test_the_reference_draft_worker_table_matches_the_release():
                  if not read.optional and read.path.startswith("draft_worker.") and "draft_worker" not in read.checked}
     listed, listed_unchecked = _reference_row("draft-worker-table", RELEASE)
     assert (set(listed), set(listed) if listed_unchecked == "all" else set(listed_unchecked)) == (members, unchecked)
+
+
+def test_sglang_s_own_draft_kv_pool_lookup_finds_none_on_a_worker_base_worker(sbd, monkeypatch):
+    """Where the release looks the draft KV pool up under the speculative worker for every algorithm but NGRAM
+    (``mem_cache.kv_cache_builder.get_draft_kv_pool`` 0.5.13-0.5.20, ``Scheduler._get_draft_kv_pool`` 0.5.12.x:
+    disaggregation and HiCache then skip it), its own lookup finds None on a worker_base() worker, as on NGRAM's."""
+    import importlib
+    import importlib.util
+
+    from sglang_spec_plugins.testing.cpu import absent_kernel_package
+    from sglang_spec_plugins.testing.scheduler_start import KERNEL_PACKAGES
+
+    for package, submodules in KERNEL_PACKAGES.items():  # the scheduler module imports them (never calls them here)
+        if importlib.util.find_spec(package) is None:
+            absent_kernel_package(monkeypatch, package, *submodules)
+    from sglang.srt.managers.scheduler import Scheduler
+
+    found = contract()
+    worker = _Fits(**{name: SimpleNamespace(model_runner=None) if name == "target_worker" else None
+                      for name in found.constructor_kwargs})
+    algorithm, server_args = sbd(4), SimpleNamespace(enable_multi_layer_eagle=False)
+    builder = "sglang.srt.mem_cache.kv_cache_builder"
+    lookup = getattr(importlib.import_module(builder), "get_draft_kv_pool", None) if importlib.util.find_spec(builder) else None
+    if lookup is not None:
+        pool = lookup(draft_worker=worker, spec_algorithm=algorithm, server_args=server_args)
+    elif hasattr(Scheduler, "_get_draft_kv_pool"):
+        pool = Scheduler._get_draft_kv_pool(SimpleNamespace(draft_worker=worker, spec_algorithm=algorithm,
+                                                            enable_overlap=False, server_args=server_args))
+    else:
+        pytest.skip(f"SGLang {RELEASE} reads the draft KV pool off draft_worker.draft_runners (none here), not draft_runner")
+    assert (pool[0] if isinstance(pool, tuple) else pool) is None, pool
