@@ -53,4 +53,4 @@ def test_check_takes_attn_dp_size(widths, capsys):
     assert cli.main(["check", "--json", "--single-process", "-n4", "--attn-dp-size", "2", "--disable-overlap-schedule"]) == 1
     assert re.search(NOT_WITH_DP, "\n".join(json.loads(capsys.readouterr().out)["problems"]))
     assert cli.main(["check", "--json", "--single-process", "-n4", "--attn-dp-size", "1", "--disable-overlap-schedule",
-                     "--attention-backend=triton"]) == 0, capsys.readouterr().out
+                     "--attention-backend=flashinfer"]) == 0, capsys.readouterr().out
