@@ -56,12 +56,17 @@ it reports the faults the server would stop on.
   validate_server_args on the release's ServerArgs; and each attention backend's verdict on
   every width (served / patched / refused). A refusal of the backend named with
   --attention-backend is a problem, and so is a backend the release does not know. With
-  --enable-dp-attention, widths by batch size are a problem.
+  --enable-dp-attention or --attn-dp-size above 1, widths by batch size (two widths or more)
+  are a problem, with or without -n.
+- Where SGLang is not installed, the validators and worker factories it could not run (SGLang
+  hands them its own ServerArgs), named; the last line is then "ok, except what was not run
+  here".
 
 On a machine whose torch has no GPU, SGLang is imported on the CPU harness (stand-ins for
-two torchvision operators, nothing else) and the output says so. What plugins print while
-imported goes to stderr, so --json prints one JSON document. Exit status 1 lists every
-problem.""",
+two torchvision operators, nothing else) and the output says so. What plugins write to
+standard output while imported (print, sys.__stdout__, os.write(1, ...)) goes to stderr, so
+--json prints one JSON document. Exit status 1 lists every problem; 130 when interrupted
+(Ctrl-C, or a KeyboardInterrupt from plugin code, named).""",
     "doctor": """\
 Probe the installed SGLang: the release (or why it does not import), whether its plugin
 framework and algorithm registry are there, the width hooks its runners call, each patch's

@@ -130,7 +130,9 @@ def sgl_spec_verify_width(
     :func:`sgl_spec_draft_may_verify` says so). The answer is a positive int
     no larger than the maximum from :func:`sgl_spec_max_verify_width`.
     ``None``: not my algorithm; if the owner does not implement it, the width is
-    ``num_draft_tokens`` (SGLang's own default).
+    ``num_draft_tokens`` (SGLang's own default). It is asked, and its answer
+    must be valid, also where widths by batch size decide the widths (a
+    plugin checks its settings here); the widths by batch size are served.
     """
 
 
