@@ -7,9 +7,11 @@ that: this package's version, the SGLang release, every loaded plugin with
 its distribution and version, the plugins.toml settings (not its path), and
 the answers known at load (overlap support, verify shape, capabilities,
 draft-may-verify). The loader logs it; ``doctor`` and ``check`` print it,
-and equal inputs give equal fingerprints in every process. Widths depend on
-``speculative_num_draft_tokens`` and are resolved later: the loader logs
-each one as it is resolved, and ``check`` compares them between processes.
+and equal inputs give equal fingerprints in every process. The answers that
+depend on ``speculative_num_draft_tokens`` (maximum, widths, widths by batch
+size) are resolved later: each is logged and agreed on by the server's
+processes as it is resolved (:mod:`.agreement`), and ``check`` compares
+them with a fresh process's.
 """
 
 from __future__ import annotations
