@@ -165,3 +165,19 @@ def test_widths_by_batch_in_plugins_toml_above_the_maximum_is_the_files_fault(si
                                           r"width 16 is above the maximum width 8 at speculative_num_draft_tokens=8; "
                                           r"lower it, or raise the maximum \(max_tokens_per_req"):
         policy.validate(8)
+
+
+def test_a_widths_answer_is_read_once_through_items(site, write_toml):
+    """What a plugin returns as widths by batch size is read through its ``items()`` only: a mapping whose
+    ``len()`` raises is served; one whose ``items()`` raises is the plugin's fault, by name."""
+    faulty = ("class Widths(dict):\n    def __len__(self):\n        raise RuntimeError('no len')\n"
+              "class NoItems(dict):\n    def items(self):\n        raise RuntimeError('no items')\n")
+    site.add("p-drafter", {"p": "p_mod"}, {"p_mod": faulty + simple_plugin(
+        "ALGO", widths="Widths({1: 4, 8: 2}) if num_draft_tokens == 4 else NoItems({1: 2})")})
+    ps = discover(config.load(write_toml("[plugins]\nenable = ['p']\n[algorithms.ALGO]\nmax_tokens_per_req = 4\n")))
+    policy = VerifyPolicy(ps, ps.algorithms["ALGO"])
+    assert str(policy.widths_by_batch_size(4, False)) == "{1 = 4, 8 = 2}" and policy.width(4, False) == 4
+    with pytest.raises(PluginError, match=r"plugin 'p' \(p-drafter==1.0\): algorithm ALGO: reading what "
+                       r"sgl_spec_widths_by_batch_size\(num_draft_tokens=2, is_draft_worker=False\) returned "
+                       r"\(a p_mod.NoItems\) raised RuntimeError: no items"):
+        policy.widths_by_batch_size(2, False)
