@@ -28,6 +28,7 @@ from .errors import SpecPluginError
 from .fingerprint import fingerprint
 from .plugins import PluginSet, discover_configured
 from .policy import build_policies
+from .widths_by_batch_size import graph_cost
 
 LOADER_ENTRY_POINT = "sglang_spec_plugins"
 """This package's entry-point name in SGLang's ``sglang.srt.plugins`` group."""
@@ -104,6 +105,11 @@ def build_parser() -> argparse.ArgumentParser:
                          help="the server's --attention-backend: a refusal of it is a problem (default: report every known backend)")
     p_check.add_argument("--enable-dp-attention", action="store_true",
                          help="the server will run with --enable-dp-attention (widths by batch size are refused with it)")
+    p_check.add_argument("--cuda-graph-bs", type=_positive_int, nargs="+", metavar="N",
+                         help="the server's --cuda-graph-bs: count the CUDA graphs widths by batch size capture over those "
+                              "sizes (each once per width of its bucket) and the logit rows they keep")
+    p_check.add_argument("--vocab-size", type=_positive_int, metavar="N",
+                         help="the model's vocabulary size: the graphs' logits in bytes (with --cuda-graph-bs)")
     p_check.add_argument("--single-process", action="store_true",
                          help="skip asking everything again in a fresh process and comparing the answers")
     p_check.add_argument("--json", action="store_true", help="machine-readable output")
@@ -176,13 +182,25 @@ def _list(args: argparse.Namespace) -> int:
 
 
 _BY_BATCH = ("target_widths_by_batch_size", "draft_widths_by_batch_size")
+_GRAPHS = ("target_cuda_graphs", "draft_cuda_graphs")
 
 
-def _by_batch(policy, ndt: int, draft_verifies: bool) -> Dict[str, Any]:
-    """Widths by batch-size bucket (``{"1": 16, "8": 8}``), per worker that
-    runs TARGET_VERIFY and has them."""
+def _by_batch(policy, ndt: int, draft_verifies: bool, args: argparse.Namespace) -> Dict[str, Any]:
+    """Widths by batch-size bucket (``{"1": 16, "8": [2, 4, 8]}``), per worker that
+    runs TARGET_VERIFY and has them; with ``--cuda-graph-bs``, what their CUDA
+    graphs hold (``widths_by_batch_size.graph_cost``)."""
     found = {key: policy.widths_by_batch_size(ndt, draft) for key, draft in zip(_BY_BATCH, (False, True)) if draft_verifies or not draft}
-    return {key: buckets.as_plain() for key, buckets in found.items() if buckets is not None}
+    out: Dict[str, Any] = {key: buckets.as_plain() for key, buckets in found.items() if buckets is not None}
+    if args.cuda_graph_bs:
+        out.update({key.replace("widths_by_batch_size", "cuda_graphs"): graph_cost(buckets, args.cuda_graph_bs, args.vocab_size)
+                    for key, buckets in found.items() if buckets is not None})
+    return out
+
+
+def _graphs_text(cost: Dict[str, Any]) -> str:
+    size = f" ({cost['logit_bytes'] / 2 ** 30:.2f} GiB)" if "logit_bytes" in cost else ""
+    return f"{cost['graphs']} CUDA graphs over --cuda-graph-bs {' '.join(map(str, cost['capture_sizes']))}, " \
+           f"{cost['logit_rows']} logit rows{size}"
 
 
 def _buckets_text(plain: Dict[str, int]) -> str:
@@ -201,13 +219,15 @@ def _check(args: argparse.Namespace) -> int:
         verifies = policy.draft_may_verify()
         ndts = args.num_draft_tokens or ndt_grid.accepted(offered, ndt_grid.grid(offered))
         entry: Dict[str, Any] = {"plugin": policy.plugin, "draft_may_verify": verifies, "widths": {}}
+        if offered.config.widths_by_acceptance is not None:
+            entry["widths_by_acceptance"] = offered.config.widths_by_acceptance.as_plain()
         for ndt in ndts:
             try:
                 policy.validate(ndt)  # the draft worker's width too: SGLang sizes buffers with it
                 entry["widths"][str(ndt)] = {"target": policy.width(ndt, False), "max": policy.max_width(ndt)}
                 if verifies:  # only a draft worker that may verify runs TARGET_VERIFY at its width
                     entry["widths"][str(ndt)]["draft"] = policy.width(ndt, True)
-                entry["widths"][str(ndt)].update(_by_batch(policy, ndt, verifies))
+                entry["widths"][str(ndt)].update(_by_batch(policy, ndt, verifies, args))
             except (SpecPluginError, ValueError) as exc:
                 problems.append(str(exc) + ("" if args.num_draft_tokens else
                                             f" (found at a default ndt; `check -n {ndt}` shows it alone)"))
@@ -232,6 +252,7 @@ def _check(args: argparse.Namespace) -> int:
     for name, entry in checked.items():
         widths = ", ".join(f"ndt={n}: target {w['target']}" + (f", draft {w['draft']}" if "draft" in w else "") + f", max {w['max']}"
                            + "".join(f", {k.replace('_', ' ')} {_buckets_text(w[k])}" for k in _BY_BATCH if k in w)
+                           + "".join(f" ({_graphs_text(w[k])})" for k in _GRAPHS if k in w)
                            for n, w in entry["widths"].items())
         _say(args, f"algorithm {name} (plugin {entry['plugin']}): draft-may-verify={entry['draft_may_verify']}" + (f"; {widths}" if widths else ""))
     if not args.num_draft_tokens and checked:
@@ -266,6 +287,8 @@ def _compare_with_fresh_process(args: argparse.Namespace, digest: str, checked: 
     argv += ["--disable-overlap-schedule"] if args.disable_overlap_schedule else []
     argv += [f"--attention-backend={args.attention_backend}"] if args.attention_backend else []
     argv += ["--enable-dp-attention"] if args.enable_dp_attention else []
+    argv += ["--cuda-graph-bs", *map(str, args.cuda_graph_bs)] if args.cuda_graph_bs else []
+    argv += [f"--vocab-size={args.vocab_size}"] if args.vocab_size else []
     try:
         out = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     except subprocess.TimeoutExpired:
