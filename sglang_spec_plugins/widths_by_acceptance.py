@@ -31,7 +31,7 @@ per request (the accepted drafts, then the target's own token). Per slot:
   is measured;
 * at width 1 no draft is verified, so nothing says whether acceptance has
   come back: after ``probe_after`` decisions there the slot tries its next
-  width for one interval.
+  width for one interval, its EMA started afresh from that interval's steps.
 
 A slot's first estimate of ``a`` is the latest any slot made (acceptance is
 the drafter's and the requests', not the batch size's), 0.5 before any.
@@ -158,6 +158,7 @@ class _Slot:
     seconds: Dict[int, float]  # EMA of seconds per step, per width run at
     steps: int = 0  # steps observed
     decisions_at_one: int = 0  # decisions since the slot came to (or last probed from) width 1
+    fresh: bool = False  # the next step starts the EMA afresh (the slot just left width 1: no estimate to keep)
 
 
 class WidthsByAcceptance:
@@ -188,8 +189,8 @@ class WidthsByAcceptance:
         mean = committed_total / requests
         if width != s.width:  # what it says about the slot's own width
             mean = expected_committed(acceptance_from(mean, width), s.width)
-        weight = self.settings.ema_weight
-        s.committed = (1 - weight) * s.committed + weight * mean
+        weight = 1.0 if s.fresh else self.settings.ema_weight
+        s.committed, s.fresh = (1 - weight) * s.committed + weight * mean, False
 
     def due(self, slot: int) -> bool:
         """Whether the step just observed ends one of the slot's intervals (then
@@ -261,6 +262,7 @@ class WidthsByAcceptance:
         if new == 1:
             s.decisions_at_one = 0
         s.committed = expected_committed(s.acceptance, new) if new > 1 else s.committed
+        s.fresh = s.width == 1  # what width 1 kept of the acceptance is stale: the new width's steps say it anew
         old, s.width = s.width, new
         self.switches += 1
         if not self._log:

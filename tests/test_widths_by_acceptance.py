@@ -107,11 +107,11 @@ def test_it_settles_within_the_margin_of_the_best_width(acceptance, cost_per_tok
     within the hysteresis margin of the best candidate's."""
     c = WidthsByAcceptance(TABLE, QUICK)
     cost = lambda w: 1.0 + cost_per_token * w  # noqa: E731
-    widths = run(c, slot, 120, acceptance, cost)
+    widths = run(c, slot, 120, acceptance, cost, batch=10 ** 6)  # committed tokens nearly their mean
     rate = {w: expected_committed(acceptance, w) / cost(w) for w in TABLE.widths[slot]}
     tail = widths[-20:]
     settled = max(set(tail), key=tail.count)
-    assert rate[settled] * (1 + QUICK.margin) >= max(rate.values()) * (1 - 1e-9), (tail, rate)
+    assert rate[settled] * (1 + QUICK.margin) >= max(rate.values()) * (1 - 1e-4), (tail, rate)
     assert all(w == settled or (settled == 1 and w == TABLE.widths[slot][1]) for w in tail), tail  # or probing
 
 

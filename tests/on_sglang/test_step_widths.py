@@ -127,13 +127,14 @@ def test_a_worker_chooses_among_its_declared_widths(load):
 
 
 def serve(widths, steps, batch, committed_of):
-    """``steps`` steps of ``batch`` requests: each sleeps 4 ms and 0.5 ms per token of its width (a
-    verify whose cost grows with its tokens) and commits ``committed_of(width)`` tokens per request."""
+    """``steps`` steps of ``batch`` requests: each sleeps 2 ms and 2 ms per token of its width (a
+    verify whose cost grows with its tokens, by far more than a busy machine's noise) and commits
+    ``committed_of(width)`` tokens per request."""
     seen = []
     for _ in range(steps):
         width = widths.at(batch)
         seen.append(width)
-        time.sleep(0.004 + 0.0005 * width)
+        time.sleep(0.002 + 0.002 * width)
         widths.record(torch.full((batch,), committed_of(width), dtype=torch.int32))
     return seen
 
@@ -146,7 +147,7 @@ def test_the_acceptance_controller_follows_the_accept_counts(load):
     rejected = serve(widths, 12, 2, lambda width: 1)
     # from the middle candidate down at the first decision (step 4), probing again after 3 decisions at width 1
     assert rejected == [2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 2, 2], rejected
-    accepted = serve(widths, 24, 2, lambda width: width)
+    accepted = serve(widths, 40, 2, lambda width: width)
     assert accepted[-1] == 8, accepted
     assert serve(widths, 1, 6, lambda width: width) == [1]  # another slot (4+ requests): its own middle candidate
 
