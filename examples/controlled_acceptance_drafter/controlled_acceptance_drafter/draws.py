@@ -33,15 +33,22 @@ def kept(seed: int, key: str, index: int, acceptance: float) -> bool:
     return int.from_bytes(digest, "big") / 2 ** 64 < acceptance
 
 
-def drafts(continuation: Sequence[int], output: Sequence[int], count: int, acceptance: float, seed: int, key: str,
+def keep_pattern(seed: int, key: str, length: int, acceptance: float) -> List[bool]:
+    """:func:`kept` at output positions ``0 .. length - 1`` (drawn once per request)."""
+    return [kept(seed, key, i, acceptance) for i in range(length)]
+
+
+def drafts(continuation: Sequence[int], keep: Sequence[bool], output: Sequence[int], count: int,
            vocab_size: int) -> Optional[List[int]]:
-    """``count`` drafts to follow ``output`` (the request's output so far), or None
-    where the output has left the continuation (its latest :data:`CHECKED_TAIL`
-    tokens differ) or the continuation ends before them: the caller drafts
-    another way there. A token not kept is the next token id modulo
-    ``vocab_size``, never the continuation's."""
+    """``count`` drafts to follow ``output`` (the request's output so far), the
+    continuation's token at each position where ``keep`` (its
+    :func:`keep_pattern`) says so; None where the output has left the
+    continuation (its latest :data:`CHECKED_TAIL` tokens differ) or the
+    continuation ends before them: the caller drafts another way there. A
+    token not kept is the next token id modulo ``vocab_size``, never the
+    continuation's."""
     n = len(output)
     if n + count > len(continuation) or list(output[-CHECKED_TAIL:]) != list(continuation[max(0, n - CHECKED_TAIL):n]):
         return None
     tokens = continuation[n:n + count]
-    return [t if kept(seed, key, n + j, acceptance) else (t + 1) % vocab_size for j, t in enumerate(tokens)]
+    return [t if keep[n + j] else (t + 1) % vocab_size for j, t in enumerate(tokens)]

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controlled_acceptance_drafter import plugin, record
-from controlled_acceptance_drafter.draws import CHECKED_TAIL, drafts, kept, prompt_key
+from controlled_acceptance_drafter.draws import CHECKED_TAIL, drafts, keep_pattern, kept, prompt_key
 
 CONTINUATION = list(range(100, 164))
 
@@ -28,7 +28,7 @@ def test_the_share_of_kept_tokens_is_the_acceptance(acceptance, seed):
 
 @given(st.integers(1, 40), st.integers(1, 16), st.floats(0.0, 1.0))
 def test_drafts_follow_the_continuation_kept_or_wrong(done, count, acceptance):
-    out = drafts(CONTINUATION, CONTINUATION[:done], count, acceptance, 7, "p", 1000)
+    out = drafts(CONTINUATION, keep_pattern(7, "p", len(CONTINUATION), acceptance), CONTINUATION[:done], count, 1000)
     if done + count > len(CONTINUATION):
         assert out is None
         return
@@ -40,24 +40,26 @@ def test_drafts_follow_the_continuation_kept_or_wrong(done, count, acceptance):
 
 def test_the_pattern_does_not_depend_on_the_width():
     """What a verify of 8 drafts keeps, a verify of 4 keeps at the same positions."""
-    wide = drafts(CONTINUATION, CONTINUATION[:10], 8, 0.5, 1, "p", 1000)
-    assert drafts(CONTINUATION, CONTINUATION[:10], 4, 0.5, 1, "p", 1000) == wide[:4]
-    assert drafts(CONTINUATION, CONTINUATION[:14], 4, 0.5, 1, "p", 1000) == wide[4:]
+    keep = keep_pattern(1, "p", len(CONTINUATION), 0.5)
+    wide = drafts(CONTINUATION, keep, CONTINUATION[:10], 8, 1000)
+    assert drafts(CONTINUATION, keep, CONTINUATION[:10], 4, 1000) == wide[:4]
+    assert drafts(CONTINUATION, keep, CONTINUATION[:14], 4, 1000) == wide[4:]
 
 
 def test_an_output_that_left_the_continuation_is_not_followed():
+    every = [True] * len(CONTINUATION)
     left = CONTINUATION[:20]
     left[-1] += 1
-    assert drafts(CONTINUATION, left, 4, 1.0, 0, "p", 1000) is None
+    assert drafts(CONTINUATION, every, left, 4, 1000) is None
     early = CONTINUATION[:20]
     early[20 - CHECKED_TAIL - 1] += 1  # older than the checked tail: followed
-    assert drafts(CONTINUATION, early, 4, 1.0, 0, "p", 1000) == CONTINUATION[20:24]
-    assert drafts(CONTINUATION, [163], 1, 1.0, 0, "p", 1000) is None  # not this continuation's start
+    assert drafts(CONTINUATION, every, early, 4, 1000) == CONTINUATION[20:24]
+    assert drafts(CONTINUATION, every, [163], 1, 1000) is None  # not this continuation's start
 
 
 def test_a_token_not_kept_is_never_the_continuation_s():
-    assert drafts([999, 5], [999], 1, 0.0, 0, "p", 1000) == [6]
-    assert drafts([5, 999], [5], 1, 0.0, 0, "p", 1000) == [0]  # wraps around the vocabulary
+    assert drafts([999, 5], [False, False], [999], 1, 1000) == [6]
+    assert drafts([5, 999], [False, False], [5], 1, 1000) == [0]  # wraps around the vocabulary
 
 
 @pytest.mark.parametrize("settings_, message", [
