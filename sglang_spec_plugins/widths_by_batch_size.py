@@ -181,8 +181,9 @@ def graph_cost(buckets: WidthsByBatchSize, capture_sizes: Iterable[int], vocab_s
     """What the CUDA graphs of ``buckets`` over ``capture_sizes`` hold, for
     ``check`` and the benchmark: ``graphs`` (pairs), ``logit_rows`` and, with
     ``vocab_size``, ``logit_bytes`` (float32 logits, what each graph's output
-    keeps in the graph memory pool; the activations the graphs share are not
-    counted, nor flashinfer's per-graph plan workspace)."""
+    keeps in the graph memory pool; not counted: the activations the graphs
+    share, and flashinfer's plan workspace, 8 MiB of GPU and 8 MiB of pinned
+    host memory per graph, flashinfer 0.6's ``BatchPrefillWithPagedKVCacheWrapper``)."""
     pairs = graph_pairs(buckets, capture_sizes)
     cost: Dict[str, Any] = {"capture_sizes": sorted(set(capture_sizes)), "graphs": len(pairs), "logit_rows": graph_rows(pairs)}
     if vocab_size is not None:

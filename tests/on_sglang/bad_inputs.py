@@ -209,6 +209,10 @@ CASES = [
          "[algorithms.SBD]\nwidths_by_batch_size = {1 = 8, many = 4}\n"),
     Case("widths by batch zero width", r"{cfg}: \[algorithms.SBD\] widths_by_batch_size: width for batch size 64 must be a positive integer, got 0",
          "[algorithms.SBD]\nwidths_by_batch_size = {1 = 8, 64 = 0}\n"),
+    Case("widths by batch empty list", r"{cfg}: \[algorithms.SBD\] widths_by_batch_size: widths for batch size 8 must not be empty",
+         "[algorithms.SBD]\nwidths_by_batch_size = {1 = [2, 8], 8 = []}\n"),
+    Case("widths by acceptance unknown setting", r"{cfg}: \[algorithms.SBD\] widths_by_acceptance: unknown setting 'interval' \(did you mean 'interval_steps'\?\)",
+         "[algorithms.SBD]\nwidths_by_acceptance = {interval = 4}\n"),
     Case("verify_widths key", r"{cfg}: \[algorithms.SBD\] 'verify_widths' is not a key; widths per batch size are widths_by_batch_size",
          "[algorithms.SBD]\nverify_widths = {1 = 16, 8 = 8}\n"),
     Case("misspelled cap", r"{cfg}: \[algorithms.SBD\] 'max_token_per_req' looks like a misspelling of the framework key 'max_tokens_per_req'", "[algorithms.SBD]\nmax_token_per_req = 8\n"),
@@ -354,6 +358,11 @@ CASES = [
                                   "@hookimpl\ndef sgl_spec_widths_by_batch_size(algorithm):\n    return {1: 4, 16: 2} if algorithm == 'BAD' else None\n")},
          start=dict(FLAGS, **DP_ATTENTION)),
     # --- widths, checked when SGLang asks at a num_draft_tokens ---
+    Case("widths by acceptance without widths to choose from",
+         r"\[algorithms.BAD\] widths_by_acceptance in {cfg}: the controller chooses each step's width among its batch-size bucket's widths, "
+         r"but \[algorithms.BAD\] widths_by_batch_size in {cfg} gives \{1 = 4, 8 = 2\} at speculative_num_draft_tokens=4",
+         WIDTH + "[algorithms.BAD]\nwidths_by_batch_size = {1 = 4, 8 = 2}\nwidths_by_acceptance = true\n",
+         {"bad": starting("forward_batch_generation(self, batch, **kwargs)")}, start=FLAGS),
     Case("width zero", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: sgl_spec_verify_width\(num_draft_tokens=16, is_draft_worker=False\) returned 0; it must be an int from 1 to the maximum width 16",
          WIDTH, {"bad": simple_plugin("BAD", width="0")}, ndt=16),
     Case("width above max", r"sgl_spec_verify_width\(num_draft_tokens=8, is_draft_worker=False\) returned 12; it must be an int from 1 to the maximum width 8",
