@@ -20,7 +20,8 @@ Importing this module does not import SGLang; the functions do.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple
+import time
+from typing import Any, Callable, Optional, Tuple
 
 from .engine.algorithm import policy_for, required_policy
 from .engine.facts import configured_ndt
@@ -66,13 +67,14 @@ class StepWidths:
     ``latest`` is the width of the last step (SGLang 0.5.13+ reports a
     worker's ``speculative_num_draft_tokens`` as its ``sglang:spec_num_draft_tokens``
     metric: a worker that answers it with ``latest`` shows its width there).
-    The schedule is resolved at the first ``at``, once the runner's decode
-    CUDA graphs are captured. Imports SGLang; EngineError for a runner whose
+    ``now`` is the clock the controller's step times are read from (seconds;
+    a worker's own tests pass theirs). The schedule is resolved at the first
+    ``at``, once the runner's decode CUDA graphs are captured. Imports SGLang; EngineError for a runner whose
     algorithm is not a plugin algorithm; ConfigError for a plugins.toml
     ``widths_by_acceptance`` without widths to choose from (the start-up
     check refuses it first)."""
 
-    def __init__(self, model_runner: Any, hold_steps: int = 0):
+    def __init__(self, model_runner: Any, hold_steps: int = 0, now: Callable[[], float] = time.perf_counter):
         if isinstance(model_runner, ModelFreeRunner):
             raise EngineError("StepWidths(model_runner): this is the model-free draft side's runner, which runs no "
                               "TARGET_VERIFY; pass the target's, self.target_worker.model_runner")
@@ -88,7 +90,7 @@ class StepWidths:
             log=getattr(model_runner, "tp_rank", 0) == 0)
         self._policy, self._runner, self._hold_steps = policy, model_runner, hold_steps
         self._schedule: Any = _UNRESOLVED  # then a WidthSchedule, or None: one width
-        self._clock = StepClock()
+        self._clock = StepClock(now)
         self._step: Optional[Tuple[Optional[int], int]] = None  # (bucket, width) of the step at() answered
 
     def at(self, batch_size: int, width: Optional[int] = None) -> int:

@@ -101,13 +101,23 @@ def test_the_model_runner_runs_a_verify_only_at_a_declared_width(load):
         assert reaches_forward(mr, verify_batch_of(3, 3, algorithm))  # the release itself would run it
 
 
-def step_widths(algorithm, graphs=None):
+class Clock:
+    """A clock the test moves: what a step takes is what the test says it takes."""
+
+    def __init__(self):
+        self.seconds = 0.0
+
+    def __call__(self):
+        return self.seconds
+
+
+def step_widths(algorithm, graphs=None, now=time.perf_counter):
     from sglang_spec_plugins.worker import StepWidths
 
     with runner_drive.published(speculative_algorithm="PER_STEP", speculative_num_draft_tokens=NDT) as server_args:
         mr = runner_drive.model_runner(algorithm, False, server_args)
         mr.graph_runner = mr.decode_cuda_graph_runner = graphs
-        return StepWidths(mr)
+        return StepWidths(mr, now=now)
 
 
 def test_a_worker_chooses_among_its_declared_widths(load):
@@ -126,30 +136,32 @@ def test_a_worker_chooses_among_its_declared_widths(load):
     widths.record(torch.tensor([1, 2]))  # without the controller: nothing to feed
 
 
-def serve(widths, steps, batch, committed_of):
-    """``steps`` steps of ``batch`` requests: each sleeps 2 ms and 2 ms per token of its width (a
-    verify whose cost grows with its tokens, by far more than a busy machine's noise) and commits
+def serve(widths, clock, steps, batch, committed_of):
+    """``steps`` steps of ``batch`` requests: each takes 2 ms and 2 ms per token of its width on
+    ``clock`` (a verify whose cost grows with its tokens), 0.5 ms between steps, and commits
     ``committed_of(width)`` tokens per request."""
     seen = []
     for _ in range(steps):
+        clock.seconds += 0.0005
         width = widths.at(batch)
         seen.append(width)
-        time.sleep(0.002 + 0.002 * width)
+        clock.seconds += 0.002 + 0.002 * width
         widths.record(torch.full((batch,), committed_of(width), dtype=torch.int32))
     return seen
 
 
 def test_the_acceptance_controller_follows_the_accept_counts(load):
-    """A plugins.toml widths_by_acceptance, steps whose cost grows with the width: nothing
-    accepted takes a slot down to plain decoding; everything accepted then, found by the probe
-    from width 1, takes it up to its widest."""
-    widths = step_widths(load("widths_by_acceptance = {warmup_steps = 2, interval_steps = 2, probe_after = 3}\n"))
-    rejected = serve(widths, 12, 2, lambda width: 1)
+    """A plugins.toml widths_by_acceptance, steps whose cost grows with the width (timed on a clock
+    the test moves): nothing accepted takes a slot down to plain decoding; everything accepted
+    then, found by the probe from width 1, takes it up to its widest."""
+    clock = Clock()
+    widths = step_widths(load("widths_by_acceptance = {warmup_steps = 2, interval_steps = 2, probe_after = 3}\n"), now=clock)
+    rejected = serve(widths, clock, 12, 2, lambda width: 1)
     # from the middle candidate down at the first decision (step 4), probing again after 3 decisions at width 1
     assert rejected == [2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 2, 2], rejected
-    accepted = serve(widths, 40, 2, lambda width: width)
+    accepted = serve(widths, clock, 40, 2, lambda width: width)
     assert accepted[-1] == 8, accepted
-    assert serve(widths, 1, 6, lambda width: width) == [1]  # another slot (4+ requests): its own middle candidate
+    assert serve(widths, clock, 1, 6, lambda width: width) == [1]  # another slot (4+ requests): its own middle candidate
 
 
 def test_without_widths_to_choose_from_the_controller_is_refused(site, sglang_loaded):
