@@ -11,6 +11,7 @@ PYTHON=${PYTHON:-python3}
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -r tests/requirements-sglang-cpu.txt
 .venv/bin/python -m pip install -q --no-deps -r tests/requirements-sglang-nodeps.txt
-.venv/bin/python -m pip install -q -e '.[test]' ./examples/sbd_drafter ./examples/dflash_block_drafter ./examples/prompt_lookup_drafter
+.venv/bin/python -m pip install -q -e '.[test]' ./examples/sbd_drafter ./examples/dflash_block_drafter ./examples/prompt_lookup_drafter \
+  ./examples/controlled_acceptance_drafter
 
 .venv/bin/python examples/serve_demo.py

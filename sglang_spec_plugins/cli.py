@@ -28,6 +28,7 @@ from .fingerprint import fingerprint
 from .plugin_calls import package_fault, report_stream
 from .plugins import PluginSet, discover_configured
 from .policy import build_policies
+from .widths_by_batch_size import graph_cost
 
 LOADER_ENTRY_POINT = "sglang_spec_plugins"
 """This package's entry-point name in SGLang's ``sglang.srt.plugins`` group."""
@@ -111,6 +112,11 @@ def build_parser() -> argparse.ArgumentParser:
                          help="the server will run with --enable-dp-attention (widths by batch size are refused with it)")
     p_check.add_argument("--attn-dp-size", type=_positive_int, default=1, metavar="N",
                          help="the server's --attn-dp-size (SGLang 0.5.23+): above 1 is DP attention, as --enable-dp-attention")
+    p_check.add_argument("--cuda-graph-bs", type=_positive_int, nargs="+", metavar="N",
+                         help="the server's --cuda-graph-bs: count the CUDA graphs widths by batch size capture over those "
+                              "sizes (each once per width of its bucket) and the logit rows they keep")
+    p_check.add_argument("--vocab-size", type=_positive_int, metavar="N",
+                         help="the model's vocabulary size: the graphs' logits in bytes (with --cuda-graph-bs)")
     p_check.add_argument("--single-process", action="store_true",
                          help="skip asking everything again in a fresh process and comparing the answers")
     p_check.add_argument("--json", action="store_true", help="machine-readable output")
@@ -185,6 +191,26 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
+_GRAPHS = {False: "target_cuda_graphs", True: "draft_cuda_graphs"}
+"""A row's keys for the CUDA graphs each worker's widths by batch size capture (``check --cuda-graph-bs``)."""
+
+
+def _add_graph_costs(policy, entry: Dict[str, Any], args: argparse.Namespace) -> None:
+    """With ``--cuda-graph-bs``, what the CUDA graphs of each row's widths by
+    batch size hold (``widths_by_batch_size.graph_cost``), beside them."""
+    for ndt, row in entry["widths"].items():
+        for draft, key in answers.BY_BATCH_SIZE.items():
+            if key in row:
+                row[_GRAPHS[draft]] = graph_cost(policy.widths_by_batch_size(int(ndt), draft), args.cuda_graph_bs,
+                                                 args.vocab_size)
+
+
+def _graphs_text(cost: Dict[str, Any]) -> str:
+    size = f" ({cost['logit_bytes'] / 2 ** 30:.2f} GiB)" if "logit_bytes" in cost else ""
+    return f"{cost['graphs']} CUDA graphs over --cuda-graph-bs {' '.join(map(str, cost['capture_sizes']))}, " \
+           f"{cost['logit_rows']} logit rows{size}"
+
+
 def _buckets_text(plain: Dict[str, int]) -> str:
     return "{" + ", ".join(f"{size} = {width}" for size, width in plain.items()) + "}"
 
@@ -211,6 +237,12 @@ def _check(args: argparse.Namespace) -> int:
     problems += agreement.compare(digest, [answer for policy in policies.values() for answer in policy.answers])
     if not args.single_process:
         problems += _compare_with_fresh_process(args.path, ndts, sglang["version"], digest, checked, problems)
+    for name, entry in checked.items():
+        acceptance = plugin_set.algorithms[name].config.widths_by_acceptance
+        if acceptance is not None:
+            entry["widths_by_acceptance"] = acceptance.as_plain()
+        if args.cuda_graph_bs:
+            _add_graph_costs(policies[name], entry, args)
     data = {"config": plugin_set.config.origin, "ok": not problems, "problems": problems, "notes": list(plugin_set.notes),
             "algorithms": checked, "sglang": {k: v for k, v in sglang.items() if k not in ("problems", "not_run")},
             "not_run": sglang["not_run"], "fingerprint": digest}
@@ -224,6 +256,7 @@ def _check(args: argparse.Namespace) -> int:
     for name, entry in checked.items():
         widths = ", ".join(f"ndt={n}: target {w['target']}" + (f", draft {w['draft']}" if "draft" in w else "") + f", max {w['max']}"
                            + "".join(f", {k.replace('_', ' ')} {_buckets_text(w[k])}" for k in by_batch_size if k in w)
+                           + "".join(f" ({_graphs_text(w[k])})" for k in _GRAPHS.values() if k in w)
                            for n, w in entry["widths"].items())
         _say(args, f"algorithm {name} (plugin {entry['plugin']}): draft-may-verify={entry['draft_may_verify']}" + (f"; {widths}" if widths else ""))
     if not args.num_draft_tokens and checked:

@@ -28,6 +28,7 @@ else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
 from .errors import ConfigError, closest, is_plain_int
+from .widths_by_acceptance import AcceptanceSettings, WidthsByAcceptanceError
 from .widths_by_batch_size import WidthsByBatchSize, WidthsByBatchSizeError
 
 CONFIG_ENV = "SGLANG_SPEC_PLUGINS_CONFIG"
@@ -55,7 +56,7 @@ RESERVED_ALGORITHM_NAMES = frozenset(
 the NEXTN alias). The engine probe reads the installed release's own set;
 a test keeps this union a superset of it."""
 
-FRAMEWORK_ALGORITHM_KEYS = ("plugin", "enabled", "max_tokens_per_req", "widths_by_batch_size")
+FRAMEWORK_ALGORITHM_KEYS = ("plugin", "enabled", "max_tokens_per_req", "widths_by_batch_size", "widths_by_acceptance")
 """Keys of an ``[algorithms.NAME]`` table read by the framework; every other
 key is a plugin setting."""
 
@@ -89,7 +90,9 @@ class AlgorithmConfig:
     keeps it from being registered. ``max_tokens_per_req``: the operator's
     ceiling on the verify width. ``widths_by_batch_size``: the operator's widths
     per batch-size bucket (used instead of the plugin's
-    ``sgl_spec_widths_by_batch_size``). ``settings``: every other key, read-only,
+    ``sgl_spec_widths_by_batch_size``). ``widths_by_acceptance``: the built-in
+    acceptance controller's settings, None when it is off
+    (:mod:`.widths_by_acceptance`). ``settings``: every other key, read-only,
     handed to the plugin's hooks.
     """
 
@@ -99,6 +102,7 @@ class AlgorithmConfig:
     max_tokens_per_req: Optional[int] = None
     settings: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     widths_by_batch_size: Optional[WidthsByBatchSize] = None
+    widths_by_acceptance: Optional[AcceptanceSettings] = None
 
 
 @dataclass(frozen=True)
@@ -131,6 +135,7 @@ class Config:
             "algorithms": {
                 name: {"plugin": a.plugin, "enabled": a.enabled, "max_tokens_per_req": a.max_tokens_per_req,
                        "widths_by_batch_size": a.widths_by_batch_size.as_plain() if a.widths_by_batch_size else None,
+                       "widths_by_acceptance": a.widths_by_acceptance.as_plain() if a.widths_by_acceptance else None,
                        "settings": plain(a.settings)}
                 for name, a in sorted(self.algorithms.items())
             },
@@ -337,6 +342,13 @@ def _algorithm(name: str, table: Any, where: str, problems: List[str]) -> Option
         except WidthsByBatchSizeError as exc:
             problems.append(f"{label} widths_by_batch_size: {exc} (write widths_by_batch_size = "
                             "{1 = 16, 8 = 8, 64 = 4}: from each batch size on, that many tokens per request)")
+    acceptance = None
+    if "widths_by_acceptance" in table:
+        try:
+            acceptance = AcceptanceSettings.parse(table["widths_by_acceptance"])
+        except WidthsByAcceptanceError as exc:
+            problems.append(f"{label} widths_by_acceptance: {exc} (write widths_by_acceptance = true, or a table such as "
+                            "{interval_steps = 4, margin = 0.03})")
     if "verify_widths" in table:
         problems.append(f"{label} 'verify_widths' is not a key; widths per batch size are "
                         "widths_by_batch_size = {1 = 16, 8 = 8, 64 = 4}")
@@ -355,6 +367,7 @@ def _algorithm(name: str, table: Any, where: str, problems: List[str]) -> Option
         max_tokens_per_req=cap,
         settings=MappingProxyType(settings),
         widths_by_batch_size=widths,
+        widths_by_acceptance=acceptance,
     )
 
 

@@ -17,7 +17,7 @@ Semantics shared by every per-algorithm hook:
   gives the default stated below.
 * ``settings`` is the read-only mapping of the algorithm's table in
   ``plugins.toml`` minus the keys the framework reserves (``plugin``,
-  ``enabled``, ``max_tokens_per_req``, ``widths_by_batch_size``). A hookimpl may leave out any
+  ``enabled``, ``max_tokens_per_req``, ``widths_by_batch_size``, ``widths_by_acceptance``). A hookimpl may leave out any
   argument it does not need (pluggy passes only the ones it names).
 * Answers must be pure: the same arguments give the same answer, every time
   and in every process. The framework asks twice per distinct argument tuple
@@ -142,20 +142,28 @@ def sgl_spec_widths_by_batch_size(
     num_draft_tokens: int,
     is_draft_worker: bool,
     settings: Mapping[str, Any],
-) -> Optional[Mapping[int, int]]:
+) -> Optional[Mapping[int, Any]]:
     """Return the verify width per batch-size bucket, ``{min_batch_size: width}``,
     or ``None`` for one width at every batch size (:func:`sgl_spec_verify_width`).
 
     ``{1: 16, 8: 8, 64: 4}``: steps of 1-7 requests verify 16 tokens per
-    request, 8-63 verify 8, 64 and more verify 4. The smallest key must be 1;
-    every width is an int from 1 to the maximum (:func:`sgl_spec_max_verify_width`).
-    SGLang captures each CUDA graph at the width of its batch size's bucket,
-    sizes capture buffers with the largest width, and a batch replays on the
-    graph of the size it pads to, so a worker takes each step's width from
-    ``sglang_spec_plugins.worker.StepWidths(model_runner).at(batch_size)``.
+    request, 8-63 verify 8, 64 and more verify 4. A bucket may give a list of
+    widths a step of its size may choose from, ``{1: [4, 8, 16], 64: [1, 2]}``:
+    the worker chooses each step's (``StepWidths.at(batch_size, width)`` in
+    :mod:`sglang_spec_plugins.worker`; the acceptance controller when
+    plugins.toml turns on ``widths_by_acceptance``), every request of a step
+    shares it, and a step nobody chooses for takes its bucket's largest. The
+    smallest key must be 1; every width is an int from 1 to the maximum
+    (:func:`sgl_spec_max_verify_width`), and the widths of all buckets are the
+    only ones a TARGET_VERIFY step may run at. SGLang captures a CUDA graph
+    for each captured batch size at each width of its bucket (more widths per
+    bucket: more graphs, each holding its own logits), sizes capture buffers
+    with the largest width, and a batch replays on a graph of its width that
+    holds it (see :mod:`sglang_spec_plugins.widths_by_batch_size`).
     ``widths_by_batch_size`` in the algorithm's plugins.toml table, when set,
-    is used instead and this hook is not asked. Unlike the other per-algorithm hooks, ``None`` is a valid
-    answer for the plugin's own algorithm.
+    is used instead and this hook is not asked. Unlike the other
+    per-algorithm hooks, ``None`` is a valid answer for the plugin's own
+    algorithm.
     """
 
 

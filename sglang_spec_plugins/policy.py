@@ -24,6 +24,7 @@ from . import agreement
 from .errors import ConfigError, PluginError, is_plain_int, show, type_name
 from .plugins import OfferedAlgorithm, PluginSet
 from .verify_layout import DRAFT_VERIFIES_CHAINS_ONLY, TREE
+from .widths_by_acceptance import AcceptanceSettings
 from .widths_by_batch_size import WidthsByBatchSize, WidthsByBatchSizeError, WidthSchedule
 
 logger = logging.getLogger("sglang_spec_plugins")
@@ -49,6 +50,7 @@ class VerifyPolicy:
         self.ceiling: Optional[int] = offered.config.max_tokens_per_req
         self.settings: Mapping[str, Any] = offered.config.settings
         self._configured: Optional[WidthsByBatchSize] = offered.config.widths_by_batch_size
+        self._acceptance: Optional[AcceptanceSettings] = offered.config.widths_by_acceptance
         self._plugins = plugins
         self._widths: Dict[Tuple[int, bool], int] = {}
         self._buckets: Dict[Tuple[int, bool], Optional[WidthsByBatchSize]] = {}
@@ -161,8 +163,26 @@ class VerifyPolicy:
         except WidthsByBatchSizeError as exc:
             raise self.fault(f"{call} returned {show(answer)}, not widths by batch size: {exc}") from None
 
+    def widths_by_acceptance(self, num_draft_tokens: int, is_draft_worker: bool) -> Optional[AcceptanceSettings]:
+        """The acceptance controller's settings for this worker (plugins.toml
+        ``widths_by_acceptance``), None when it is off. The controller chooses
+        among a bucket's widths: ConfigError when no bucket of the worker's
+        widths by batch size gives more than one."""
+        if self._acceptance is None:
+            return None
+        buckets = self.widths_by_batch_size(num_draft_tokens, is_draft_worker)
+        if buckets is None or not buckets.chooses:
+            given = f"{self.widths_by_batch_size_source(num_draft_tokens, is_draft_worker)} gives {buckets}" if buckets \
+                else "no widths_by_batch_size is given (plugins.toml or sgl_spec_widths_by_batch_size)"
+            raise ConfigError([
+                f"[algorithms.{self.algorithm}] widths_by_acceptance in {self._plugins.config.origin}: the controller "
+                f"chooses each step's width among its batch-size bucket's widths, but {given} at "
+                f"speculative_num_draft_tokens={num_draft_tokens}; give a bucket a list of widths, e.g. "
+                "widths_by_batch_size = {1 = [1, 2, 4, 8]}"])
+        return self._acceptance
+
     def candidate_widths(self, num_draft_tokens: int, is_draft_worker: bool) -> Tuple[int, ...]:
-        """Every width a TARGET_VERIFY step of this worker may use, ascending."""
+        """Every width a TARGET_VERIFY step of this worker may use (the declared widths), ascending."""
         buckets = self.widths_by_batch_size(num_draft_tokens, is_draft_worker)
         return buckets.candidates if buckets else (self.width(num_draft_tokens, is_draft_worker),)
 
@@ -219,6 +239,9 @@ class VerifyPolicy:
         self.width(num_draft_tokens, True)
         self.widths_by_batch_size(num_draft_tokens, False)
         self.widths_by_batch_size(num_draft_tokens, True)
+        self.widths_by_acceptance(num_draft_tokens, False)
+        if self.draft_may_verify():
+            self.widths_by_acceptance(num_draft_tokens, True)
 
     def check_others_stay_out(self) -> None:
         """Ask every other plugin each per-algorithm hook for this algorithm;

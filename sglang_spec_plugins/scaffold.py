@@ -143,9 +143,11 @@ class Worker(worker_base()):
         the step's width, accept, and return SGLang's GenerationBatchResult
         (see docs/reference/worker-contract.md in the sglang-spec-plugins
         repository, and the prompt-lookup example's worker, which does all of
-        this). A decode step asks its
-        width first, before drafting:
-            width = self.widths.at(len(batch.reqs))"""
+        this). A decode step asks its width first, before drafting, and hands
+        back what it committed:
+            width = self.widths.at(len(batch.reqs))
+            ...
+            self.widths.record(accept_lens)  # for plugins.toml's widths_by_acceptance"""
         raise NotImplementedError("{algorithm}: supply the drafter here")
 '''
 

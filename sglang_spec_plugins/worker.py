@@ -7,49 +7,74 @@ every step. Inside the worker:
 * :func:`policy_for` gives the algorithm's policy: its plugins.toml
   ``settings`` and the widths SGLang's runners and backends get;
 * :class:`StepWidths` gives each decode step's verify width (one width, or
-  widths by batch size) and the largest width;
+  widths by batch size, chosen by the worker or by the acceptance
+  controller) and the largest width, and takes each step's accept counts;
 * :func:`contract` and :func:`check_worker` say what the installed release
   asks of a worker class (the kit and ``check`` run them);
-* :class:`WidthsByBatchSize` and :class:`WidthSchedule` are what
-  :class:`StepWidths` schedules with, pure, for a worker's own tests.
+* :class:`WidthsByBatchSize`, :class:`WidthSchedule`, :class:`WidthsByAcceptance`
+  and :class:`AcceptanceSettings` are what :class:`StepWidths` schedules
+  with, pure, for a worker's own tests.
 
 Importing this module does not import SGLang; the functions do.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import time
+from typing import Any, Callable, Optional, Tuple
 
 from .engine.algorithm import policy_for, required_policy
 from .engine.facts import configured_ndt
+from .engine.step_times import StepClock, agreed
 from .engine.worker_base import ModelFreeDraftWorker, ModelFreeRunner, worker_base
 from .engine.worker_contract import WorkerContract, check_worker, contract
-from .errors import EngineError
+from .errors import EngineError, is_plain_int
+from .widths_by_acceptance import AcceptanceSettings, WidthsByAcceptance
 from .widths_by_batch_size import WidthSchedule, WidthsByBatchSize
 
 _UNRESOLVED = object()
 
 
 class StepWidths:
-    """Each decode step's verify width, for a plugin worker; widths by batch size
-    (plugins.toml ``widths_by_batch_size`` or the plugin's ``sgl_spec_widths_by_batch_size``)
-    where the algorithm has them, else its one width. In the worker::
+    """Each decode step's verify width, for a plugin worker. In the worker::
 
         self.widths = StepWidths(self.target_worker.model_runner)   # __init__
         width = self.widths.at(batch.batch_size())                   # every decode step, before drafting
+        ...                                                          # draft, verify `width` tokens per request
+        self.widths.record(accept_lens)                              # after the verify: tokens each request commits
+
+    The widths are the algorithm's widths by batch size (plugins.toml
+    ``widths_by_batch_size`` or the plugin's ``sgl_spec_widths_by_batch_size``)
+    where it has them, else its one width. ``at`` is asked once per step (it
+    keeps the hysteresis state, :class:`~.widths_by_batch_size.WidthSchedule`;
+    ``hold_steps`` its length) and returns the width to draft and verify at,
+    the one the CUDA-graph runner replays. Where the step's batch-size bucket
+    gives several widths, the step's width is chosen by
+
+    * the worker, ``at(batch_size, width)``: any width the algorithm declares
+      (:attr:`declared`; another is refused, naming the plugin), best one of
+      :meth:`choices` (a CUDA graph of those holds the batch; another runs eagerly);
+    * else the acceptance controller, where plugins.toml turns on
+      ``widths_by_acceptance`` (:mod:`~.widths_by_acceptance`), fed by
+      ``record`` (SGLang's ``accept_lens``; without the controller ``record``
+      does nothing, so a worker may always call it);
+    * else nobody: the bucket's largest.
 
     ``model_runner`` is the runner that runs the worker's TARGET_VERIFY (the
-    target's; a verifying draft runner for ``is_draft_worker`` widths). ``at``
-    is asked once per step (it keeps the hysteresis state): it returns the
-    width to draft and verify, which the CUDA-graph runner replays at (see
-    :class:`~.widths_by_batch_size.WidthSchedule`; ``hold_steps`` its hysteresis).
-    ``maximum`` is the largest width (what SGLang sizes buffers and reserves KV
-    for): a fixed row stride for what a worker carries between steps. The
-    schedule is resolved at the first ``at``, once the runner's decode CUDA
-    graphs are captured. Imports SGLang; EngineError for a runner whose
-    algorithm is not a plugin algorithm."""
+    target's; a verifying draft runner for ``is_draft_worker`` widths).
+    ``maximum`` is the largest width (what SGLang sizes buffers and reserves
+    KV for): a fixed row stride for what a worker carries between steps.
+    ``latest`` is the width of the last step (SGLang 0.5.13+ reports a
+    worker's ``speculative_num_draft_tokens`` as its ``sglang:spec_num_draft_tokens``
+    metric: a worker that answers it with ``latest`` shows its width there).
+    ``now`` is the clock the controller's step times are read from (seconds;
+    a worker's own tests pass theirs). The schedule is resolved at the first
+    ``at``, once the runner's decode CUDA graphs are captured. Imports SGLang; EngineError for a runner whose
+    algorithm is not a plugin algorithm; ConfigError for a plugins.toml
+    ``widths_by_acceptance`` without widths to choose from (the start-up
+    check refuses it first)."""
 
-    def __init__(self, model_runner: Any, hold_steps: int = 0):
+    def __init__(self, model_runner: Any, hold_steps: int = 0, now: Callable[[], float] = time.perf_counter):
         if isinstance(model_runner, ModelFreeRunner):
             mistake = ("StepWidths was given the worker's model-free draft runner (worker_base()'s model_runner, which "
                        "runs no TARGET_VERIFY); give it the runner that verifies: StepWidths(self.target_worker.model_runner)")
@@ -60,18 +85,72 @@ class StepWidths:
             raise owner.fault(mistake) if owner is not None else EngineError(mistake)
         algorithm = getattr(model_runner, "spec_algorithm", None)
         policy = required_policy(algorithm, f"StepWidths: the runner's algorithm {algorithm!r}")
-        self.maximum: int = policy.width(configured_ndt(model_runner), bool(model_runner.is_draft_worker))
-        self._runner, self._hold_steps = model_runner, hold_steps
+        self._ndt, self._draft = configured_ndt(model_runner), bool(model_runner.is_draft_worker)
+        self.maximum: int = policy.width(self._ndt, self._draft)
+        self.declared: Tuple[int, ...] = policy.candidate_widths(self._ndt, self._draft)
+        self.latest: int = self.maximum
+        acceptance = policy.widths_by_acceptance(self._ndt, self._draft)
+        self._controller = None if acceptance is None else WidthsByAcceptance(
+            policy.widths_by_batch_size(self._ndt, self._draft), acceptance, name=policy.algorithm,
+            log=getattr(model_runner, "tp_rank", 0) == 0)
+        self._policy, self._runner, self._hold_steps = policy, model_runner, hold_steps
         self._schedule: Any = _UNRESOLVED  # then a WidthSchedule, or None: one width
+        self._clock = StepClock(now)
+        self._step: Optional[Tuple[Optional[int], int]] = None  # (bucket, width) of the step at() answered
 
-    def at(self, batch_size: int) -> int:
-        """The width of this step, for a batch of ``batch_size`` requests."""
+    def at(self, batch_size: int, width: Optional[int] = None) -> int:
+        """The width of this step, for a batch of ``batch_size`` requests;
+        ``width``: the worker's own choice (one of :attr:`declared`)."""
+        schedule = self._resolved()
+        bucket = None if schedule is None else schedule.bucket(batch_size)
+        if width is not None:
+            if not is_plain_int(width) or width not in self.declared:
+                raise self._policy._fault(
+                    f"StepWidths.at({batch_size}, width={width!r}): the algorithm declares widths "
+                    f"{', '.join(map(str, self.declared))} on the {'draft' if self._draft else 'target'} worker at "
+                    f"speculative_num_draft_tokens={self._ndt}, not {width!r}")
+        elif self._controller is not None:
+            width = self._controller.width(bucket)
+        else:
+            width = self.maximum if schedule is None else schedule.buckets.widths[bucket][-1]
+        self._step, self.latest = (bucket, width), width
+        if self._controller is not None:
+            self._clock.start()
+        return width
+
+    def choices(self, batch_size: int) -> Tuple[int, ...]:
+        """The widths of the bucket a batch of ``batch_size`` falls in (of the
+        size it pads to under CUDA graphs): those a captured graph holds it at."""
+        schedule = self._resolved()
+        if schedule is None:
+            return (self.maximum,)
+        from .widths_by_batch_size import padded_size
+
+        padded = padded_size(batch_size, schedule.capture_sizes)
+        return schedule.buckets.widths_at(batch_size if padded is None else padded)
+
+    def record(self, accept_lens: Any) -> None:
+        """The tokens each request of the step ``at`` answered for committed (SGLang's
+        ``accept_lens``: its accepted drafts and the target's own token; a tensor or
+        a sequence of ints), for the acceptance controller; nothing without one."""
+        if self._controller is None or self._step is None:
+            return
+        (bucket, width), self._step = self._step, None
+        committed = int(accept_lens.sum()) if hasattr(accept_lens, "sum") else sum(accept_lens)
+        self._clock.stop(bucket, width)
+        controller = self._controller
+        controller.observe(bucket, width, committed, len(accept_lens))
+        if controller.due(bucket):
+            controller.decide(bucket, agreed(self._runner, self._clock.take(bucket)))
+
+    def _resolved(self):
         if self._schedule is _UNRESOLVED:
             from .patches.widths_by_batch_size import schedule_for
 
-            self._schedule = schedule_for(self._runner, self._hold_steps)
-        return self.maximum if self._schedule is None else self._schedule.width(batch_size)
+            self._schedule = schedule_for(self._runner, self._ndt, self._hold_steps)
+        return self._schedule
 
 
-__all__ = ["ModelFreeDraftWorker", "ModelFreeRunner", "StepWidths", "WidthSchedule", "WidthsByBatchSize",
+__all__ = ["AcceptanceSettings", "ModelFreeDraftWorker", "ModelFreeRunner", "StepWidths", "WidthSchedule",
+           "WidthsByAcceptance", "WidthsByBatchSize",
            "WorkerContract", "check_worker", "contract", "policy_for", "worker_base"]

@@ -355,14 +355,42 @@ def test_check_reports_widths_by_batch_and_their_backends(env, tmp_path):
     verdicts = data["sglang"]["backends"]["SBD"]["16"]["target worker"]
     assert verdicts["fa3"]["verdict"] == "refused" and verdicts["fa3"]["reason"].startswith("at width 4: ")
     assert verdicts["trtllm_mha"]["reason"].startswith("at widths 4, 8, 16: ") and verdicts["trtllm_mha"]["verdict"] != "refused"
-    served = ("flashinfer", "triton") if Version(data["sglang"]["version"]) >= Version("0.5.17") else ("flashinfer",)
+    served = ("flashinfer", "triton", "aiter") if Version(data["sglang"]["version"]) >= Version("0.5.17") else ("flashinfer", "aiter")
     for backend in served:  # triton lays every TARGET_VERIFY out at ndt up to 0.5.16
         assert verdicts[backend]["reason"].startswith("at widths 4, 8, 16: ") and verdicts[backend]["verdict"] != "refused"
     if "triton" not in served:
         assert verdicts["triton"] == {"verdict": "refused", "reason": "at width 4: lays TARGET_VERIFY out at "
                                       "speculative_num_draft_tokens (refused at start-up)"}, verdicts["triton"]
-    assert verdicts["aiter"]["verdict"] == "refused"
-    assert verdicts["aiter"]["reason"] == ("at width 16: is not proven with widths by batch size "
-                                           "({1 = 16, 8 = 8, 64 = 4}; proven on: flashinfer, triton, trtllm_mha)")
+    assert verdicts["aiter_mla"]["verdict"] == "refused" and verdicts["aiter_mla"]["reason"].startswith("at width 4: ")
     text = run("check", str(cfg), "-n", "16", "--single-process", env=env).stdout
     assert "target 16, max 16, target widths by batch size {1 = 16, 8 = 8, 64 = 4}" in text and "draft widths" not in text
+
+
+def test_check_counts_the_cuda_graphs_of_widths_to_choose_from(env, tmp_path):
+    cfg = tmp_path / "choose.toml"
+    cfg.write_text("[plugins]\nenable = ['sbd']\n[algorithms.SBD]\nmax_tokens_per_req = 16\n"
+                   "widths_by_batch_size = {1 = [4, 8, 16], 8 = [2, 4], 64 = [1, 2]}\nwidths_by_acceptance = {margin = 0.05}\n")
+    args = ("check", str(cfg), "-n", "16", "--single-process", "--disable-overlap-schedule", "--cuda-graph-bs", "1", "8", "64",
+            "--vocab-size", "1000")
+    data = json.loads(run(*args, "--json", env=env).stdout)
+    assert data["ok"], data["problems"]
+    entry = data["algorithms"]["SBD"]
+    assert entry["widths_by_acceptance"]["margin"] == 0.05 and entry["widths_by_acceptance"]["interval_steps"] == 4
+    widths = entry["widths"]["16"]
+    assert widths["target_widths_by_batch_size"] == {"1": [4, 8, 16], "8": [2, 4], "64": [1, 2]}
+    # size 1 at 4, 8, 16; size 8 at 2, 4; size 64 at 1, 2
+    assert widths["target_cuda_graphs"] == {"capture_sizes": [1, 8, 64], "graphs": 7, "logit_rows": 28 + 48 + 192,
+                                            "logit_bytes": 268 * 1000 * 4}
+    text = run(*args, env=env).stdout
+    assert ("target widths by batch size {1 = [4, 8, 16], 8 = [2, 4], 64 = [1, 2]} (7 CUDA graphs over --cuda-graph-bs "
+            "1 8 64, 268 logit rows (0.00 GiB))") in text
+
+
+def test_check_refuses_the_controller_without_widths_to_choose_from(env, tmp_path):
+    cfg = tmp_path / "none.toml"
+    cfg.write_text("[plugins]\nenable = ['sbd']\n[algorithms.SBD]\nmax_tokens_per_req = 16\n"
+                   "widths_by_batch_size = {1 = 16, 8 = 8}\nwidths_by_acceptance = true\n")
+    data = json.loads(run("check", str(cfg), "-n", "16", "--single-process", "--json", env=env).stdout)
+    assert not data["ok"]
+    assert any("widths_by_acceptance in " in p and "chooses each step's width among its batch-size bucket's widths" in p
+               for p in data["problems"]), data["problems"]

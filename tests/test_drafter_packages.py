@@ -1,5 +1,5 @@
 """Drafter packages as their authors use them: ``sglang-spec-plugins new``, the
-two examples, pip-installed into a fresh virtual environment and tested with
+examples, pip-installed into a fresh virtual environment and tested with
 their own pytest suites (which turn the conformance kit on).
 
 * ``fresh``: a new venv with only this package (built from the tree), pytest
@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = {"sbd_drafter": "sbd", "dflash_block_drafter": "dflash_block", "prompt_lookup_drafter": "prompt_lookup"}
+EXAMPLES = {"sbd_drafter": "sbd", "dflash_block_drafter": "dflash_block", "prompt_lookup_drafter": "prompt_lookup",
+            "controlled_acceptance_drafter": "controlled_acceptance"}
 
 
 def run(*cmd, cwd=None, timeout=600):

@@ -8,6 +8,8 @@ from sglang_spec_plugins.widths_by_batch_size import (
     WidthsByBatchSize,
     WidthsByBatchSizeError,
     WidthSchedule,
+    graph_pairs,
+    graph_rows,
     graph_size,
     padded_size,
 )
@@ -38,6 +40,10 @@ def test_toml_keys_are_strings():
     ({"1": 0}, "width for batch size 1 must be a positive integer, got 0"),
     ({"1": 4.0}, "width for batch size 1 must be a positive integer, got 4.0"),
     ({"1": True}, "width for batch size 1 must be a positive integer, got True"),
+    ({"1": []}, "widths for batch size 1 must not be empty"),
+    ({"1": [4, 0]}, r"widths for batch size 1 must be positive integers, got 0"),
+    ({"1": [4, "8"]}, r"widths for batch size 1 must be positive integers, got '8'"),
+    ({"1": [4, 8, 4]}, r"widths for batch size 1 repeat a width: \[4, 8, 4\]"),
 ])
 def test_bad_buckets(value, message):
     with pytest.raises(WidthsByBatchSizeError, match=message):
@@ -117,3 +123,43 @@ def test_bad_schedule_arguments():
         WidthSchedule(B, hold_steps=-1)
     with pytest.raises(ValueError, match="batch size must be >= 1"):
         WidthSchedule(B).width(0)
+
+
+# -- a set of widths per bucket ---------------------------------------------
+
+C = WidthsByBatchSize.parse({1: [16, 4, 8], 8: [2, 4, 8], 64: [1, 2]})
+
+
+def test_a_bucket_may_give_widths_to_choose_from():
+    assert C.widths == ((4, 8, 16), (2, 4, 8), (1, 2)) and C.chooses and not B.chooses
+    assert [C.at(n) for n in (1, 8, 64)] == [16, 8, 2]  # nobody chooses: the bucket's largest
+    assert C.widths_at(30) == (2, 4, 8) and C.candidates == (1, 2, 4, 8, 16) and C.maximum == 16
+    assert C.as_plain() == {"1": [4, 8, 16], "8": [2, 4, 8], "64": [1, 2]}
+    assert str(C) == "{1 = [4, 8, 16], 8 = [2, 4, 8], 64 = [1, 2]}"
+    assert WidthsByBatchSize.parse({"1": [8], "8": 4}).as_plain() == {"1": 8, "8": 4}  # a list of one is one width
+
+
+def test_each_captured_size_has_a_graph_per_width_of_its_bucket():
+    pairs = graph_pairs(C, (1, 4, 8, 64, 128))
+    assert sorted(pairs) == [(1, 4), (1, 8), (1, 16), (4, 4), (4, 8), (4, 16), (8, 2), (8, 4), (8, 8),
+                             (64, 1), (64, 2), (128, 1), (128, 2)]
+    assert [w for _, w in pairs] == sorted((w for _, w in pairs), reverse=True)  # widest first, as captured
+    assert graph_rows(pairs) == sum(s * w for s, w in pairs) == 1 * 28 + 4 * 28 + 8 * 14 + 64 * 3 + 128 * 3
+    assert graph_size(C, 3, 8, (1, 4, 8, 64)) == 4 and graph_size(C, 5, 16, (1, 4, 8, 64)) is None  # 16: eager
+
+
+@given(st.lists(st.tuples(st.integers(1, 128), st.integers(1, 3)), min_size=1, max_size=40), st.integers(0, 3))
+def test_every_width_of_the_bucket_in_use_has_a_graph(steps, hold):
+    """Whatever width of its bucket a step chooses, a captured graph of that width holds it."""
+    s = WidthSchedule(C, CAPTURED, hold_steps=hold)
+    for n, pick in steps:
+        widths = C.widths[s.bucket(n)]
+        assert graph_size(C, n, widths[min(pick, len(widths)) - 1], CAPTURED) is not None
+
+
+def test_holding_needs_graphs_of_every_width_of_the_held_bucket():
+    table = WidthsByBatchSize.parse({1: 16, 8: [2, 8], 200: [3, 8]})
+    s = WidthSchedule(table, CAPTURED, hold_steps=5)
+    assert s.bucket(250) == 2  # above every graph: eager, bucket 200
+    assert graph_size(table, 100, 8, CAPTURED) == 128 and graph_size(table, 100, 3, CAPTURED) is None
+    assert s.bucket(100) == 1  # width 8 would have a graph (bucket 8's), width 3 none: switch at once

@@ -5,11 +5,11 @@ apply/revert, all-or-nothing), :mod:`.source_edit` the line edits it makes.
 ``PATCHES`` lists every patch the loader applies, in order.
 """
 
-from . import aiter, backend_gate, capture_input, fa3, runners, triton, trtllm_mha, widths_by_batch_size
+from . import aiter, backend_gate, capture_input, fa3, runners, triton, trtllm_mha, verify_batch, widths_by_batch_size
 from .unit import Plan, Verdict, apply_all, plan_all, revert_all
 
 PATCHES = (runners.PATCHES + capture_input.PATCHES + trtllm_mha.PATCHES + aiter.PATCHES + fa3.PATCHES
-           + triton.PATCHES + backend_gate.PATCHES + widths_by_batch_size.PATCHES)
+           + triton.PATCHES + backend_gate.PATCHES + verify_batch.PATCHES + widths_by_batch_size.PATCHES)
 
 
 def serving_plans(found) -> tuple:

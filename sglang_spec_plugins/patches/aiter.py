@@ -31,7 +31,7 @@ from .support import CAPTURE, EAGLE_TREE_ONLY, Serving, Support, any_applies
 from .unit import FunctionPatch, Target, Verdict, WrapPatch
 from .verify_batch import batch_width, checking
 
-_MODULE = "sglang.srt.layers.attention.aiter_backend"
+MODULE = "sglang.srt.layers.attention.aiter_backend"
 _WHERE = "aiter TARGET_VERIFY"
 
 
@@ -77,7 +77,7 @@ def _eager_wrapper(original):
 EAGER_WIDTH = WrapPatch(
     name="aiter.eager_width",
     summary="aiter non-MLA TARGET_VERIFY metadata (eager) at the batch's width",
-    alternatives=(Target(_MODULE, "AiterAttnBackend.init_forward_metadata"),),
+    alternatives=(Target(MODULE, "AiterAttnBackend.init_forward_metadata"),),
     condition=_eager_condition,
     wrapper=_eager_wrapper,
 )
@@ -95,7 +95,7 @@ def _eager_check_condition(source):
 EAGER_CHECK = WrapPatch(
     name="aiter.eager_check",
     summary="aiter eager TARGET_VERIFY: refuse a non-uniform batch or a width above the maximum (0.5.17+)",
-    alternatives=(Target(_MODULE, "AiterAttnBackend.init_forward_metadata"),),
+    alternatives=(Target(MODULE, "AiterAttnBackend.init_forward_metadata"),),
     condition=_eager_check_condition,
     wrapper=checking(lambda self: self.num_draft_tokens, _WHERE),
 )
@@ -136,15 +136,16 @@ def _graph_wrapper(original):
 GRAPH_WIDTH = WrapPatch(
     name="aiter.graph_width",
     summary="aiter non-MLA TARGET_VERIFY metadata (graph capture/replay, 0.5.13+) at the batch's width",
-    alternatives=(Target(_MODULE, "AiterAttnBackend.init_forward_metadata_out_graph"),
-                  Target(_MODULE, "AiterAttnBackend.init_forward_metadata_capture_cuda_graph")),  # 0.5.12.x
+    alternatives=(Target(MODULE, "AiterAttnBackend.init_forward_metadata_out_graph"),
+                  Target(MODULE, "AiterAttnBackend.init_forward_metadata_capture_cuda_graph")),  # 0.5.12.x
     condition=_graph_condition,
     wrapper=_graph_wrapper,
 )
 
 # 0.5.12.x: separate capture(bs, num_tokens, ...) and replay(bs, ...); replay
 # has no token count, so it reuses the width its graph (same bs) was captured at.
-_CAPTURED = "_sglang_spec_plugins_graph_widths"
+CAPTURED_WIDTHS = "_sglang_spec_plugins_graph_widths"
+"""Backend attribute (0.5.12.x): the width each batch size's graph was captured at."""
 
 
 def _legacy_condition(source):
@@ -161,7 +162,7 @@ def _capture_wrapper(original):
         width = None
         if forward_mode.is_target_verify() and not self.use_mla:
             width = width_of(num_tokens, bs, where=f"{_WHERE} graph capture")
-            vars(self).setdefault(_CAPTURED, {})[bs] = width
+            vars(self).setdefault(CAPTURED_WIDTHS, {})[bs] = width
         return _run_at_width(self, width, lambda: original(
             self, bs, num_tokens, req_pool_indices, seq_lens, encoder_lens, forward_mode, spec_info))
 
@@ -171,7 +172,7 @@ def _capture_wrapper(original):
 def _replay_wrapper(original):
     @functools.wraps(original)
     def init_forward_metadata_replay_cuda_graph(self, bs, req_pool_indices, seq_lens, seq_lens_sum, encoder_lens, forward_mode, *args, **kwargs):
-        width = vars(self).get(_CAPTURED, {}).get(bs) if forward_mode.is_target_verify() else None
+        width = vars(self).get(CAPTURED_WIDTHS, {}).get(bs) if forward_mode.is_target_verify() else None
         return _run_at_width(self, width, lambda: original(
             self, bs, req_pool_indices, seq_lens, seq_lens_sum, encoder_lens, forward_mode, *args, **kwargs))
 
@@ -182,8 +183,8 @@ def _legacy_patch(method, wrapper):
     return WrapPatch(
         name=f"aiter.graph_width_{method}",
         summary=f"aiter non-MLA TARGET_VERIFY graph {method} (0.5.12.x) at the captured width",
-        alternatives=(Target(_MODULE, f"AiterAttnBackend.init_forward_metadata_{method}_cuda_graph"),
-                      Target(_MODULE, "AiterAttnBackend.init_forward_metadata_out_graph")),  # 0.5.13+
+        alternatives=(Target(MODULE, f"AiterAttnBackend.init_forward_metadata_{method}_cuda_graph"),
+                      Target(MODULE, "AiterAttnBackend.init_forward_metadata_out_graph")),  # 0.5.13+
         condition=_legacy_condition,
         wrapper=wrapper,
     )
@@ -239,7 +240,7 @@ def _record_algorithm_wrapper(original):
 RECORD_ALGORITHM = WrapPatch(
     name="aiter.algorithm",
     summary="aiter: each backend remembers its worker's speculative algorithm (the 0.5.12.x graph metadata gets none)",
-    alternatives=(Target(_MODULE, "AiterAttnBackend.__init__"),),
+    alternatives=(Target(MODULE, "AiterAttnBackend.__init__"),),
     condition=lambda source: ((Verdict.APPLY, "records the model runner's spec_algorithm for aiter.chain_mask")
                               if "model_runner" in source else (Verdict.REFUSED, "unknown constructor shape (no model_runner)")),
     wrapper=_record_algorithm_wrapper,
@@ -289,7 +290,7 @@ def _chain_mask_wrapper(original):
 def _chain_mask_wrapper_0512(original):
     """0.5.12.x: capture(bs, num_tokens, ...) and replay(bs, ...) take spec_info
     and no algorithm (aiter.algorithm recorded it); the width is the
-    captured one (see _CAPTURED)."""
+    captured one (see CAPTURED_WIDTHS)."""
     signature = inspect.signature(original)
 
     @functools.wraps(original)
@@ -299,7 +300,7 @@ def _chain_mask_wrapper_0512(original):
         if not _plugin_chain(self, a["forward_mode"], a["spec_info"]):
             return original(*bound.args, **bound.kwargs)
         bs = a["bs"]
-        width = a["num_tokens"] // bs if "num_tokens" in a else vars(self).get(_CAPTURED, {}).get(bs, self.num_draft_tokens)
+        width = a["num_tokens"] // bs if "num_tokens" in a else vars(self).get(CAPTURED_WIDTHS, {}).get(bs, self.num_draft_tokens)
         seq_lens = a.get("seq_lens_cpu")
         seq_lens = (seq_lens if seq_lens is not None else a["seq_lens"].cpu())[:bs].tolist()
         a["spec_info"] = _with_mask(a["spec_info"], seq_lens, width, a["seq_lens"].device)
@@ -311,8 +312,8 @@ def _chain_mask_wrapper_0512(original):
 CHAIN_MASK = WrapPatch(
     name="aiter.chain_mask",
     summary="aiter default TARGET_VERIFY graph (capture/replay): a plugin chain without a custom mask gets the causal chain mask",
-    alternatives=(Target(_MODULE, "AiterAttnBackend.init_forward_metadata_out_graph"),  # 0.5.13+
-                  Target(_MODULE, "AiterAttnBackend.init_forward_metadata_replay_cuda_graph")),  # 0.5.12.x
+    alternatives=(Target(MODULE, "AiterAttnBackend.init_forward_metadata_out_graph"),  # 0.5.13+
+                  Target(MODULE, "AiterAttnBackend.init_forward_metadata_replay_cuda_graph")),  # 0.5.12.x
     condition=_chain_mask_condition,
     wrapper=lambda original: (_chain_mask_wrapper(original) if "forward_batch" in inspect.signature(original).parameters
                               else _chain_mask_wrapper_0512(original)),
@@ -321,8 +322,8 @@ CHAIN_MASK = WrapPatch(
 CHAIN_MASK_CAPTURE_0512 = WrapPatch(
     name="aiter.chain_mask_capture",
     summary="aiter default TARGET_VERIFY graph capture (0.5.12.x): a chain without a custom mask gets the causal chain mask",
-    alternatives=(Target(_MODULE, "AiterAttnBackend.init_forward_metadata_capture_cuda_graph"),
-                  Target(_MODULE, "AiterAttnBackend.init_forward_metadata_out_graph")),  # 0.5.13+: aiter.chain_mask
+    alternatives=(Target(MODULE, "AiterAttnBackend.init_forward_metadata_capture_cuda_graph"),
+                  Target(MODULE, "AiterAttnBackend.init_forward_metadata_out_graph")),  # 0.5.13+: aiter.chain_mask
     condition=lambda source: ((Verdict.NOT_NEEDED, "0.5.13+ graph metadata is aiter.chain_mask's target")
                               if "def init_forward_metadata_out_graph" in source else _chain_mask_condition(source)),
     wrapper=_chain_mask_wrapper_0512,
@@ -334,7 +335,7 @@ CHAIN_MASK_CAPTURE_0512 = WrapPatch(
 SEQUSED_K = FunctionPatch(
     name="aiter.seqused_k",
     summary="aiter unified TARGET_VERIFY: key lengths follow max_q_len",
-    alternatives=(Target(_MODULE, "AiterAttnBackend.forward_extend"),),
+    alternatives=(Target(MODULE, "AiterAttnBackend.forward_extend"),),
     edits=(
         Edit(
             old="seqused_k=forward_batch.seq_lens + self.num_draft_tokens,",
@@ -369,7 +370,7 @@ def _mla_wrapper(original):
 MLA_REFUSAL = WrapPatch(
     name="aiter.mla_refusal",
     summary="aiter MLA: refuse at start-up a plugin width other than speculative_num_draft_tokens",
-    alternatives=(Target(_MODULE, "AiterAttnBackend.__init__"),),
+    alternatives=(Target(MODULE, "AiterAttnBackend.__init__"),),
     condition=_mla_condition,
     wrapper=_mla_wrapper,
 )

@@ -29,18 +29,20 @@ _SUPPORT: Dict[str, Callable[[int, int, str, bool], Support]] = {
 KNOWN_BACKENDS = tuple(_SUPPORT)
 """Backends whose TARGET_VERIFY layout this project has read and tests (target worker)."""
 
-WIDTHS_BY_BATCH_BACKENDS = frozenset({"flashinfer", "triton", "trtllm_mha"})
-"""Backends whose CUDA-graph capture per batch size at different widths, and
-replays after every width switch, match attention from the batch definition,
-eager, capture and replay, as batches grow and shrink
-(tests/on_sglang/test_widths_by_batch_size_graphs.py). The runner replays a graph only at
-the width it was captured at (:mod:`.widths_by_batch_size`), and each of these
-lays every replay out again from the batch before its graph runs: flashinfer
-re-plans the wrappers of that size (their ``qo_indptr``, ``kv_indptr`` and
-mask buffers are views of buffers all sizes share, rewritten by each plan),
-triton refills its buffers at the verify input's width, trtllm_mha at the
-batch's (its patches). triton takes a width other than ndt only from 0.5.17
-(:func:`attention_support` refuses it before). Every other backend is refused."""
+WIDTHS_BY_BATCH_BACKENDS = frozenset({"flashinfer", "triton", "trtllm_mha", "aiter"})
+"""Backends whose CUDA-graph capture of every (batch size, width) pair of a
+plugin's widths by batch size, and replays after every width and batch-size
+switch, match attention from the batch definition, eager, capture and replay
+(tests/on_sglang/test_widths_by_batch_size_graphs.py). The runner replays a
+graph only at the width it was captured at, each (size, width) with its own
+per-size backend state (:mod:`.widths_by_batch_size`), and each of these lays
+every replay out again from the batch before its graph runs: flashinfer
+re-plans the wrappers of that size and width (their ``qo_indptr``,
+``kv_indptr`` and mask buffers are views of buffers all graphs share,
+rewritten by each plan), triton refills its buffers at the verify input's
+width, trtllm_mha and aiter (non-MLA) at the batch's (their patches). triton
+takes a width other than ndt only from 0.5.17, and aiter's MLA kernels only
+ndt (:func:`attention_support` refuses those). Every other backend is refused."""
 
 
 def attention_support(backend: str, width: int, ndt: int, verify_shape: str = CHAIN, *,

@@ -19,8 +19,10 @@ sends ``BatchTokenIDOutput`` to the socket the tokenizer manager binds (with
 It prints one JSON line: per request the output tokens, SGLang's own
 ``completion_tokens`` and ``spec_verify_ct`` (verify forwards); the
 ``verify_steps``, ``[batch size, tokens per request]`` of every TARGET_VERIFY
-``ForwardBatch`` the target's model runner ran, in order; and the wall time;
-or the error. One process per run (see :mod:`.scheduler_start`).
+``ForwardBatch`` the target's model runner ran, in order; the
+``chosen_widths``, ``[batch size, width]`` of every answer the worker's
+:class:`~sglang_spec_plugins.worker.StepWidths` gave, in order; and the wall
+time; or the error. One process per run (see :mod:`.scheduler_start`).
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ def serve(algorithm: Optional[str], ndt: int = 4, max_new_tokens: Union[int, Seq
     started = time.monotonic()
     failure: List[str] = []
     verify_steps = _record_verify_steps(scheduler.tp_worker.model_runner)
+    chosen_widths = _record_chosen_widths()
 
     def loop():
         try:
@@ -109,7 +112,8 @@ def serve(algorithm: Optional[str], ndt: int = 4, max_new_tokens: Union[int, Seq
                 entry["spec_verify_ct"] = int(verify[i]) if verify else 0
     finished = {rid: r for rid, r in results.items() if r.get("done")}
     return {"served": len(finished) == len(PROMPTS) and not failure, "error": failure[0] if failure else None,
-            "requests": finished, "verify_steps": verify_steps, "init_s": round(started - began, 1),
+            "requests": finished, "verify_steps": verify_steps, "chosen_widths": chosen_widths,
+            "init_s": round(started - began, 1),
             "serve_s": round(time.monotonic() - started, 1)}
 
 
@@ -126,6 +130,22 @@ def _record_verify_steps(model_runner) -> List[List[int]]:
 
     model_runner.forward = recording
     return steps
+
+
+def _record_chosen_widths() -> List[List[int]]:
+    """A list that gets ``[batch size, width]`` of every ``StepWidths.at`` answer from now on."""
+    from ..worker import StepWidths
+
+    chosen: List[List[int]] = []
+    at = StepWidths.at
+
+    def recording(self, batch_size, width=None):
+        answer = at(self, batch_size, width)
+        chosen.append([batch_size, answer])
+        return answer
+
+    StepWidths.at = recording
+    return chosen
 
 
 def _request(rid: str, tokens: List[int], max_new_tokens: int):

@@ -7,9 +7,12 @@ two-layer random Llama in float32, SGLang's triton attention backend under
 ``TRITON_INTERPRET=1`` (``torch_native`` cannot run TARGET_VERIFY), three
 greedy requests sent through the tokenizer manager's ZMQ socket and served by
 the release's own ``event_loop_normal``. Once without speculative decoding,
-once per verify width 2, 3 and 4 at ``--speculative-num-draft-tokens 4``, and
+once per verify width 2, 3 and 4 at ``--speculative-num-draft-tokens 4``,
 once with widths by batch size while the batch grows and shrinks across the
-buckets' boundaries (the widths read off the target's TARGET_VERIFY batches).
+buckets' boundaries (the widths read off the target's TARGET_VERIFY batches),
+once with widths chosen step by step by the acceptance controller, and once
+with the CONTROLLED_ACCEPTANCE example drafting the plain run's own outputs at
+a set acceptance (every request's verify count exactly what its draws give).
 
 Committing one token too many (``accept_greedy`` + 1) made the outputs differ
 from plain decoding here (checked by hand, 0.5.23, width 3).
@@ -35,16 +38,22 @@ pytestmark = pytest.mark.skipif(
            f"workers on {contract().non_overlap_schema!r}, the example drives the V2 schema (0.5.14+)")
 
 
-def _serve(tmp_path, algorithm=None, width=None, widths_by_batch=None, lengths=(NEW_TOKENS,), late_after=None):
-    if importlib.util.find_spec("prompt_lookup_drafter") is None:
-        pytest.fail("the example is not installed: pip install -e examples/prompt_lookup_drafter")
+def _serve(tmp_path, algorithm=None, width=None, widths_by_batch=None, lengths=(NEW_TOKENS,), late_after=None, more=""):
+    return _serve_with(tmp_path, algorithm, '[plugins]\nenable = ["prompt_lookup"]\n[algorithms.PROMPT_LOOKUP]\n'
+                       f'max_tokens_per_req = 16\nverify_width = {width or NDT}\n'
+                       + (f"widths_by_batch_size = {widths_by_batch}\n" if widths_by_batch else "") + more,
+                       lengths, late_after)
+
+
+def _serve_with(tmp_path, algorithm, toml, lengths=(NEW_TOKENS,), late_after=None):
+    for example in ("prompt_lookup_drafter", "controlled_acceptance_drafter"):
+        if importlib.util.find_spec(example) is None:
+            pytest.fail(f"the example is not installed: pip install -e examples/{example}")
     for module in ("setproctitle", "uvloop"):  # imported by the scheduler; uvloop (0.5.14, 0.5.16) on receiving a request
         if importlib.util.find_spec(module) is None:
             pytest.fail(f"{module} is not installed: pip install -r tests/requirements-sglang-cpu.txt")
-    config = tmp_path / f"plugins-{width}.toml"
-    config.write_text('[plugins]\nenable = ["prompt_lookup"]\n[algorithms.PROMPT_LOOKUP]\n'
-                      f'max_tokens_per_req = 16\nverify_width = {width or NDT}\n'
-                      + (f"widths_by_batch_size = {widths_by_batch}\n" if widths_by_batch else ""))
+    config = tmp_path / "plugins.toml"
+    config.write_text(toml)
     env = dict(os.environ, SGLANG_SPEC_PLUGINS_CONFIG=str(config), PYTHONPATH=os.pathsep.join(sys.path))
     env.pop("SGLANG_SPEC_PLUGINS", None)
     command = [sys.executable, "-m", "sglang_spec_plugins.testing.scheduler_serve",
@@ -94,11 +103,7 @@ def test_widths_by_batch_size_follow_the_batch_and_stay_token_identical(plain, t
     lengths = {"repetitive": NEW_TOKENS, "mixed": 12, "random": 6}
     assert list(lengths) == ["repetitive", "mixed", "random"]  # PROMPTS' order; random is sent late
     result = _serve(tmp_path, "PROMPT_LOOKUP", widths_by_batch=BUCKETS, lengths=tuple(lengths.values()), late_after=2)
-    error = result["error"] or ""
-    if not result["served"] and error.startswith(("PluginError", "EngineError")) and "--attention-backend triton" in error \
-            and "lays TARGET_VERIFY out at" in error:  # up to 0.5.16
-        pytest.skip(f"the loader refuses, by design, SGLang {contract().release}'s triton backend with widths by batch "
-                    f"size: {error.splitlines()[0]}")
+    skip_where_triton_refuses_widths(result)
     assert result["served"], result
     for rid, request in result["requests"].items():
         assert request["output_ids"] == plain["requests"][rid]["output_ids"][:lengths[rid]], rid
@@ -112,3 +117,78 @@ def test_widths_by_batch_size_follow_the_batch_and_stay_token_identical(plain, t
     assert any(b > a for a, b in zip(sizes, sizes[1:])) and any(b < a for a, b in zip(sizes, sizes[1:])), steps
     assert len({width for _, width in steps}) >= 2, steps  # the width changed mid-run
     print(f"verify steps [batch size, width] on SGLang {contract().release}: {steps}")
+
+
+def skip_where_triton_refuses_widths(result):
+    """Up to 0.5.16 the loader refuses, by design, triton with widths other than ndt (at start-up)."""
+    error = result["error"] or ""
+    if not result["served"] and error.startswith(("PluginError", "EngineError")) and "--attention-backend triton" in error \
+            and "lays TARGET_VERIFY out at" in error:
+        pytest.skip(f"the loader refuses, by design, SGLang {contract().release}'s triton backend with widths other than "
+                    f"ndt: {error.splitlines()[0]}")
+
+
+CHOICES = {1: [1, 2, 4], 2: [1, 2, 3, 4], 3: [1, 2]}
+"""Widths to choose from per batch size: the acceptance controller picks each step's."""
+
+
+def test_widths_chosen_by_acceptance_step_by_step_stay_token_identical(plain, tmp_path):
+    """PROMPT_LOOKUP with the acceptance controller deciding at every step (warm-up 1, interval 1) while
+    the batch grows (``random`` joins after two verify steps) and shrinks (16, 12 and 6 tokens): outputs
+    equal the plain run's, every TARGET_VERIFY the target ran is at the width StepWidths answered for
+    that step (read off the ForwardBatch), among its batch's bucket, and the width changes mid-run."""
+    lengths = {"repetitive": NEW_TOKENS, "mixed": 12, "random": 6}
+    table = "{" + ", ".join(f"{k} = {v}" for k, v in CHOICES.items()) + "}"
+    result = _serve(tmp_path, "PROMPT_LOOKUP", widths_by_batch=table, lengths=tuple(lengths.values()), late_after=2,
+                    more="widths_by_acceptance = {warmup_steps = 1, interval_steps = 1}\n")
+    skip_where_triton_refuses_widths(result)
+    assert result["served"], result
+    for rid, request in result["requests"].items():
+        assert request["output_ids"] == plain["requests"][rid]["output_ids"][:lengths[rid]], rid
+    steps, chosen = result["verify_steps"], result["chosen_widths"]
+    assert steps == chosen, (steps, chosen)  # each verify ran at the width its step chose, for its batch
+    buckets = WidthsByBatchSize.parse(CHOICES)
+    assert all(width in buckets.widths_at(size) for size, width in steps), steps
+    sizes = [size for size, _ in steps]
+    assert any(b > a for a, b in zip(sizes, sizes[1:])) and any(b < a for a, b in zip(sizes, sizes[1:])), steps
+    assert len({width for _, width in steps}) >= 2, steps
+    print(f"verify steps [batch size, width] by acceptance on SGLang {contract().release}: {steps}")
+
+
+def verify_steps_of(continuation, key, new_tokens, width, acceptance, seed):
+    """The verify forwards a request takes when each step drafts ``continuation``'s next tokens,
+    each kept as ``controlled_acceptance_drafter.draws.kept`` draws it: the first token comes from
+    the prefill, a step commits its kept prefix and the target's own token."""
+    from controlled_acceptance_drafter.draws import kept
+
+    done, steps = 1, 0
+    while done < new_tokens:
+        steps += 1
+        accepted = next((j for j in range(width - 1) if not kept(seed, key, done + j, acceptance)), width - 1)
+        done += accepted + 1
+    return steps
+
+
+def test_controlled_acceptance_commits_exactly_what_its_draws_keep(plain, tmp_path):
+    """CONTROLLED_ACCEPTANCE drafting the plain run's own outputs (recorded as its continuations), each
+    token kept with probability 0.6: outputs equal the plain run's, and every request takes exactly the
+    verify forwards its draws say (acceptance is the parameter, not luck)."""
+    import json
+
+    from controlled_acceptance_drafter.draws import prompt_key
+    from controlled_acceptance_drafter.record import record
+    from sglang_spec_plugins.testing.scheduler_serve import PROMPTS
+
+    new_tokens, acceptance, seed = 10, 0.6, 3  # 10 of the 16 recorded: every draft of a 4-wide chain has a recorded token
+    continuations = tmp_path / "continuations.json"
+    continuations.write_text(json.dumps(record((PROMPTS[rid], r["output_ids"]) for rid, r in plain["requests"].items())))
+    result = _serve_with(tmp_path, "CONTROLLED_ACCEPTANCE",
+                         '[plugins]\nenable = ["controlled_acceptance"]\n[algorithms.CONTROLLED_ACCEPTANCE]\n'
+                         f'continuations = "{continuations}"\nacceptance = {acceptance}\nseed = {seed}\n', (new_tokens,))
+    assert result["served"], result
+    for rid, request in result["requests"].items():
+        assert request["output_ids"] == plain["requests"][rid]["output_ids"][:new_tokens], rid
+        expected = verify_steps_of(plain["requests"][rid]["output_ids"], prompt_key(PROMPTS[rid]), new_tokens, NDT,
+                                   acceptance, seed)
+        assert request["spec_verify_ct"] == expected, (rid, request, expected)
+    assert {w for _, w in result["verify_steps"]} == {NDT} and result["chosen_widths"]

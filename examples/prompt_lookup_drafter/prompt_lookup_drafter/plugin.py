@@ -16,7 +16,11 @@ Settings (``[algorithms.PROMPT_LOOKUP]`` in plugins.toml):
 * ``max_tokens_per_req`` (a framework key): the largest width allowed;
 * ``widths_by_batch_size`` (a framework key), e.g. ``{1 = 4, 8 = 2}``: a width
   per batch-size bucket instead of ``verify_width`` (each step drafts and
-  verifies its batch's width).
+  verifies its batch's width); a bucket may give several,
+  ``{1 = [2, 4, 8, 16], 8 = [1, 2, 4, 8], 64 = [1, 2]}``;
+* ``widths_by_acceptance`` (a framework key), ``true`` or a table of its
+  settings: the built-in acceptance controller picks each step's width among
+  its bucket's, from the tokens the steps commit (1: plain decoding).
 
 Serving it (SGLang 0.5.14+, whose scheduler drives plugin workers on the V2
 schema): ``--speculative-algorithm PROMPT_LOOKUP --speculative-num-draft-tokens N

@@ -10,15 +10,19 @@ reserves KV slots ahead of each request (``eagle_prepare_for_decode``), calls
 the request's last token (the root) is not among them.
 
 One decode step here: take the step's width from the framework (one
-width, or widths by batch size: plugins.toml ``widths_by_batch_size``; every
-request of a step shares it), draft ``width - 1`` tokens per request by
-prompt lookup, run the target's TARGET_VERIFY over ``[root, drafts...]`` at
+width, or widths by batch size: plugins.toml ``widths_by_batch_size``, and
+where a bucket gives several widths the acceptance controller's choice when
+plugins.toml turns on ``widths_by_acceptance``; every request of a step
+shares it), draft ``width - 1`` tokens per request by
+prompt lookup (:meth:`PromptLookupWorker.drafts`, what another drafter of
+this shape replaces), run the target's TARGET_VERIFY over ``[root, drafts...]`` at
 positions ``seq_len..seq_len + width - 1`` (SGLang's own ``DFlashVerifyInput``:
 a causal chain, the input the loader captures CUDA graphs with for a
 ``"chain"`` algorithm), and commit what greedy verification accepts. The
 accepted tokens are a prefix of the chain, so their KV is already where it
 belongs; the rejected tail's slots stay reserved and are overwritten next
-step. The step's result has rows of the step's width; what it carries to the
+step, and hand the accept counts back to the framework (the controller's
+input). The step's result has rows of the step's width; what it carries to the
 next step (which SGLang filters and merges with other batches' by a row
 stride) has rows of the largest width, whatever the step's.
 """
@@ -99,7 +103,7 @@ class PromptLookupWorker(worker_base()):
         """The target's own prefill (it samples the first token); requests this
         worker cannot serve exactly are refused here, before their first decode."""
         for req in batch.reqs:
-            why = unsupported(req)
+            why = self.refusal(req)
             if why is not None and req.to_finish is None:
                 req.to_finish = FINISH_ABORT(why, HTTPStatus.BAD_REQUEST, "BadRequestError")
         out = self.target_worker.forward_batch_generation(batch)
@@ -108,18 +112,30 @@ class PromptLookupWorker(worker_base()):
         return self._result(out.logits_output, first.unsqueeze(1), accept_lens, batch.seq_lens.clone(),
                             out.can_run_cuda_graph)
 
-    def _drafts(self, batch, width: int) -> List[List[int]]:
+    def refusal(self, req) -> Optional[str]:
+        """Why this worker cannot serve ``req`` exactly (refused at its prefill), or None."""
+        return unsupported(req)
+
+    @property
+    def speculative_num_draft_tokens(self) -> int:
+        """The latest step's width (SGLang 0.5.13+ reports it as its sglang:spec_num_draft_tokens metric)."""
+        return self.widths.latest
+
+    def drafts(self, req, tokens: List[int], count: int) -> List[int]:
+        """``count`` draft tokens to follow ``tokens`` (the request's prompt and output so far)."""
+        return propose(tokens, count, max_ngram=self.max_ngram, min_ngram=self.min_ngram)
+
+    def _chains(self, batch, width: int) -> List[List[int]]:
         chains = []
         for req in batch.reqs:
             tokens = [*req.origin_input_ids, *req.output_ids]  # one copy: prompt and output so far
-            chains.append([tokens[-1], *propose(tokens, width - 1, max_ngram=self.max_ngram,
-                                                min_ngram=self.min_ngram)])
+            chains.append([tokens[-1], *self.drafts(req, tokens, width - 1)])
         return chains
 
     def _verify(self, batch):
         device = batch.seq_lens.device
         width = self.widths.at(len(batch.reqs))  # this step's, for every request of it
-        drafts = torch.tensor(self._drafts(batch, width), dtype=torch.int64).to(device, non_blocking=True)
+        drafts = torch.tensor(self._chains(batch, width), dtype=torch.int64).to(device, non_blocking=True)
         positions = verify_positions(batch.seq_lens, width)
         batch.out_cache_loc = cache_locations(
             batch.req_to_token_pool.req_to_token, batch.req_pool_indices, positions).flatten()
@@ -132,6 +148,7 @@ class PromptLookupWorker(worker_base()):
         out = self.target_worker.forward_batch_generation(batch, is_verify=True)
         predicted = torch.argmax(out.logits_output.next_token_logits, dim=-1).view(len(batch.reqs), width)
         accept_lens = accept_greedy(drafts, predicted)
+        self.widths.record(accept_lens)  # what the acceptance controller, where it is on, learns from
         batch.forward_mode = ForwardMode.DECODE
         return self._result(out.logits_output, predicted, accept_lens,
                             batch.seq_lens + accept_lens.to(batch.seq_lens.dtype), out.can_run_cuda_graph)

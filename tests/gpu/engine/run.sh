@@ -138,6 +138,7 @@ for phase in "$@"; do
   esac
 done
 tl "ALL DONE"
+[ -n "${NO_ARCHIVE:-}" ] && exit 0   # a caller that archives what it needs itself (benchmarks/e2e_speculative.sh)
 tar -C /tmp -cJf "$OUT/logs.tar.xz" engine-logs
 # JIT caches (flashinfer's kernels, Triton's), to carry into the next call as .e2e/cache/*.tar.xz
 tar -C / -cJf "$OUT/jit_flashinfer.tar.xz" root/.cache/flashinfer 2>/dev/null

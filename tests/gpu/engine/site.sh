@@ -31,5 +31,6 @@ if [ ! -f $E/site.tar.xz ]; then
   rm -rf $E/unpacked
 fi
 rm -f $E/wheels/*.whl
-python3 -m pip wheel -q --no-deps -w $E/wheels . examples/prompt_lookup_drafter examples/sbd_drafter
+python3 -m pip wheel -q --no-deps -w $E/wheels . examples/prompt_lookup_drafter examples/sbd_drafter \
+  examples/controlled_acceptance_drafter
 ls -la $E/site.tar.xz $E/wheels

@@ -1,0 +1,1 @@
+"""A drafter whose acceptance is a parameter: the target's own recorded greedy continuation, each token kept with probability ``acceptance``."""

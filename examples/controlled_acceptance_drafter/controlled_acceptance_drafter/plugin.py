@@ -1,0 +1,89 @@
+"""CONTROLLED_ACCEPTANCE: a chain drafter whose acceptance is set, for measuring speculative decoding.
+
+It drafts, for each request, the target's own greedy continuation of the
+request's prompt, recorded from a plain run, keeping each draft token with
+probability ``acceptance`` (``draws.py``); verification and acceptance are
+PROMPT_LOOKUP's (its worker, with this drafting rule), so greedy outputs are
+exactly plain greedy decoding's. Where a request has no recorded
+continuation, or its output has left it (a kernel that rounds a near-tie the
+other way), it drafts by prompt lookup instead.
+
+Settings (``[algorithms.CONTROLLED_ACCEPTANCE]`` in plugins.toml):
+
+* ``continuations`` (required): a JSON file ``{prompt_key: [token ids]}``
+  (``draws.prompt_key`` of the prompt's token ids; ``record.py`` writes it);
+* ``acceptance`` (default 0.7): the probability a draft token is kept; a
+  request overrides it with ``sampling_params.custom_params["acceptance"]``;
+* ``seed`` (default 0): the draws' seed;
+* ``verify_width``, ``max_ngram``, ``min_ngram``, and the framework keys
+  ``max_tokens_per_req``, ``widths_by_batch_size``, ``widths_by_acceptance``:
+  as PROMPT_LOOKUP's.
+
+Serving it: as PROMPT_LOOKUP (SGLang 0.5.14+, ``--disable-overlap-schedule``).
+"""
+
+import json
+import math
+from pathlib import Path
+
+from prompt_lookup_drafter.plugin import _validate as release_check
+from prompt_lookup_drafter.plugin import ngram_settings
+
+from sglang_spec_plugins import AlgorithmSpec, hookimpl
+
+ALGORITHM = "CONTROLLED_ACCEPTANCE"
+TABLE = f"[algorithms.{ALGORITHM}]"
+
+
+def acceptance_value(value, where: str) -> float:
+    """An acceptance: a number from 0 to 1; ValueError naming ``where`` otherwise."""
+    if type(value) not in (int, float) or not math.isfinite(value) or not 0 <= value <= 1:
+        raise ValueError(f"{where} = {value!r}: the acceptance must be a number from 0 to 1")
+    return float(value)
+
+
+def settings_of(settings):
+    """``(continuations path, acceptance, seed)``; ValueError naming the key that is wrong."""
+    path = settings.get("continuations")
+    if not isinstance(path, str) or not path:
+        raise ValueError(f"{TABLE} continuations = {path!r}: give the JSON file of recorded continuations "
+                         "(controlled_acceptance_drafter/record.py writes it from a plain run)")
+    seed = settings.get("seed", 0)
+    if type(seed) is not int:
+        raise ValueError(f"{TABLE} seed = {seed!r}: it must be an int")
+    return path, acceptance_value(settings.get("acceptance", 0.7), f"{TABLE} acceptance"), seed
+
+
+def load_continuations(path: str):
+    """The recorded continuations ``{prompt_key: [token ids]}``; ValueError naming the file."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{TABLE} continuations = {path!r}: cannot be read as JSON: {exc}") from None
+    if not isinstance(data, dict) or not all(isinstance(v, list) and all(type(t) is int for t in v) for v in data.values()):
+        raise ValueError(f"{TABLE} continuations = {path!r}: expected {{prompt_key: [token ids]}}")
+    return data
+
+
+def _worker_factory(server_args):
+    from .worker import ControlledAcceptanceWorker  # imports SGLang: only ever called inside SGLang's processes
+
+    return ControlledAcceptanceWorker
+
+
+@hookimpl
+def sgl_spec_algorithms():
+    # the release check is PROMPT_LOOKUP's (it drives SGLang's V2 schema, 0.5.14+)
+    return [AlgorithmSpec(name=ALGORITHM, worker_factory=_worker_factory, supports_overlap=False,
+                          validate_server_args=release_check, capabilities={"has_draft_kv": False})]
+
+
+@hookimpl
+def sgl_spec_verify_width(algorithm, num_draft_tokens, settings):
+    if algorithm != ALGORITHM:
+        return None
+    # bad settings, or a continuations file that cannot be read, stop the server at load (before any
+    # weight loads), naming the key
+    load_continuations(settings_of(settings)[0])
+    ngram_settings(settings)
+    return settings.get("verify_width", num_draft_tokens)

@@ -1,0 +1,60 @@
+"""The CONTROLLED_ACCEPTANCE worker: PROMPT_LOOKUP's, drafting by ``draws.drafts`` (imports SGLang)."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import List, Optional, Sequence, Tuple
+
+from prompt_lookup_drafter.worker import PromptLookupWorker
+
+from sglang_spec_plugins.worker import policy_for
+
+from .draws import drafts, keep_pattern, prompt_key
+from .plugin import acceptance_value, load_continuations, settings_of
+
+KEPT_REQUESTS = 4096
+"""How many requests' draws are kept (the oldest are dropped first; a request drawn again gets the same)."""
+
+
+class ControlledAcceptanceWorker(PromptLookupWorker):
+    """Drafts each request's recorded continuation at its acceptance; verifies and accepts as PROMPT_LOOKUP."""
+
+    def __init__(self, server_args, target_worker, **release_kwargs):
+        super().__init__(server_args, target_worker, **release_kwargs)
+        path, self.acceptance, self.seed = settings_of(policy_for(server_args).settings)
+        self.continuations = load_continuations(path)
+        self.vocab_size = self.target_worker.model_runner.model_config.vocab_size
+        self._plans: "OrderedDict[str, Tuple[Sequence[int], List[bool]]]" = OrderedDict()
+
+    def refusal(self, req) -> Optional[str]:
+        why = super().refusal(req)
+        if why is None:
+            try:
+                self._acceptance_of(req)
+            except ValueError as exc:
+                return str(exc)
+        return why
+
+    def drafts(self, req, tokens: List[int], count: int) -> List[int]:
+        plan = self._plan(req)
+        planned = None if plan is None else drafts(*plan, req.output_ids, count, self.vocab_size)
+        return super().drafts(req, tokens, count) if planned is None else planned
+
+    def _plan(self, req) -> Optional[Tuple[Sequence[int], List[bool]]]:
+        """The request's continuation and keep pattern, drawn at its first decode step (None: not recorded)."""
+        if req.rid in self._plans:
+            return self._plans[req.rid]
+        key = prompt_key(req.origin_input_ids)
+        continuation = self.continuations.get(key)
+        plan = None if continuation is None else (
+            continuation, keep_pattern(self.seed, key, len(continuation), self._acceptance_of(req)))
+        self._plans[req.rid] = plan
+        if len(self._plans) > KEPT_REQUESTS:
+            self._plans.popitem(last=False)
+        return plan
+
+    def _acceptance_of(self, req) -> float:
+        custom = getattr(req.sampling_params, "custom_params", None)
+        if isinstance(custom, dict) and "acceptance" in custom:
+            return acceptance_value(custom["acceptance"], 'sampling_params.custom_params["acceptance"]')
+        return self.acceptance

@@ -1,0 +1,210 @@
+"""Per-step widths on the real SGLang source: the model runner runs a plugin's TARGET_VERIFY only
+at a declared width (``verify_batch.declared_widths`` on the release's own ``ModelRunner.forward``),
+and ``StepWidths`` (the worker's API) lets a worker choose among its declared widths, or the
+acceptance controller choose for it from the accept counts it records, agreed across ranks."""
+
+import socket
+import sys
+import textwrap
+import time
+import types
+
+import pytest
+import torch
+
+import runner_drive
+from sglang_spec_plugins.errors import PluginError
+from sglang_spec_plugins.patches import verify_batch
+from sglang_spec_plugins.patches.unit import revert_all
+from sglang_spec_plugins.verify_layout import VerifyLayoutError
+
+NDT = 4
+PLUGIN = textwrap.dedent("""
+    from sglang_spec_plugins import AlgorithmSpec, hookimpl
+
+    class Worker:
+        pass
+
+    @hookimpl
+    def sgl_spec_algorithms():
+        return [AlgorithmSpec(name="PER_STEP", worker_factory=lambda server_args: Worker)]
+    """)
+
+
+def toml(extra=""):
+    return ('[plugins]\nenable = ["perstep"]\n[algorithms.PER_STEP]\nmax_tokens_per_req = 8\n'
+            'widths_by_batch_size = {1 = [1, 2, 4, 8], 4 = [1, 2]}\n' + extra)
+
+
+@pytest.fixture
+def load(site, sglang_loaded):
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    site.add("perstep-drafter", {"perstep": "perstep_mod"}, {"perstep_mod": PLUGIN})
+
+    def loaded(extra=""):
+        sglang_loaded(toml(extra))
+        return SpeculativeAlgorithm.from_string("PER_STEP")
+
+    return loaded
+
+
+def verify_batch_of(bs, width, algorithm):
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+    return types.SimpleNamespace(forward_mode=ForwardMode.TARGET_VERIFY, batch_size=bs, spec_algorithm=algorithm,
+                                 input_ids=torch.zeros(bs * width, dtype=torch.int64))
+
+
+def reaches_forward(model_runner, forward_batch):
+    """Whether the release's own ModelRunner.forward (as the class holds it now) starts running."""
+    import inspect
+
+    from sglang.srt.model_executor.model_runner import ModelRunner
+
+    original = inspect.unwrap(ModelRunner.forward)
+    started = []
+
+    def tracer(frame, event, arg):
+        if frame.f_code is original.__code__:
+            started.append(True)
+            raise runner_drive._PastTheBlock
+        return None
+
+    previous = sys.gettrace()
+    sys.settrace(tracer)
+    try:
+        ModelRunner.forward(model_runner, forward_batch)
+    except runner_drive._PastTheBlock:
+        pass
+    finally:
+        sys.settrace(previous)
+    return bool(started)
+
+
+def test_the_model_runner_runs_a_verify_only_at_a_declared_width(load):
+    algorithm = load()
+    with runner_drive.published(speculative_algorithm="PER_STEP", speculative_num_draft_tokens=NDT) as server_args:
+        mr = runner_drive.model_runner(algorithm, False, server_args)
+        for width in (1, 2, 4, 8):
+            assert reaches_forward(mr, verify_batch_of(3, width, algorithm))
+        with pytest.raises(VerifyLayoutError, match=r"model runner: a TARGET_VERIFY batch of 3 requests at width 3, which "
+                                                    r"algorithm PER_STEP \(plugin perstep\) does not declare on the target "
+                                                    r"worker at speculative_num_draft_tokens=4 \(declared: 1, 2, 4, 8, from "
+                                                    r"\[algorithms.PER_STEP\] widths_by_batch_size in .*plugins.toml\)"):
+            reaches_forward(mr, verify_batch_of(3, 3, algorithm))
+        uneven = verify_batch_of(3, 3, algorithm)
+        uneven.input_ids = torch.zeros(10, dtype=torch.int64)
+        with pytest.raises(VerifyLayoutError, match="do not split evenly"):
+            reaches_forward(mr, uneven)
+        revert_all(list(verify_batch.PATCHES))
+        assert reaches_forward(mr, verify_batch_of(3, 3, algorithm))  # the release itself would run it
+
+
+class Clock:
+    """A clock the test moves: what a step takes is what the test says it takes."""
+
+    def __init__(self):
+        self.seconds = 0.0
+
+    def __call__(self):
+        return self.seconds
+
+
+def step_widths(algorithm, graphs=None, now=time.perf_counter):
+    from sglang_spec_plugins.worker import StepWidths
+
+    with runner_drive.published(speculative_algorithm="PER_STEP", speculative_num_draft_tokens=NDT) as server_args:
+        mr = runner_drive.model_runner(algorithm, False, server_args)
+        mr.graph_runner = mr.decode_cuda_graph_runner = graphs
+        return StepWidths(mr, now=now)
+
+
+def test_a_worker_chooses_among_its_declared_widths(load):
+    widths = step_widths(load())
+    assert widths.declared == (1, 2, 4, 8) and widths.maximum == 8
+    assert widths.at(2) == 8 and widths.latest == 8  # nobody chooses: the bucket's largest
+    assert widths.at(2, 2) == 2 and widths.latest == 2
+    assert widths.at(5, 8) == 8  # declared (bucket 1's): eager, or a larger graph of that width
+    assert widths.choices(2) == (1, 2, 4, 8) and widths.choices(5) == (1, 2)
+    with pytest.raises(PluginError, match=r"plugin 'perstep' \(perstep-drafter==1.0\): algorithm PER_STEP: "
+                                          r"StepWidths.at\(2, width=3\): the algorithm declares widths 1, 2, 4, 8 on the "
+                                          r"target worker at speculative_num_draft_tokens=4, not 3"):
+        widths.at(2, 3)
+    with pytest.raises(PluginError, match=r"not 4.0"):
+        widths.at(2, 4.0)
+    widths.record(torch.tensor([1, 2]))  # without the controller: nothing to feed
+
+
+def serve(widths, clock, steps, batch, committed_of):
+    """``steps`` steps of ``batch`` requests: each takes 2 ms and 2 ms per token of its width on
+    ``clock`` (a verify whose cost grows with its tokens), 0.5 ms between steps, and commits
+    ``committed_of(width)`` tokens per request."""
+    seen = []
+    for _ in range(steps):
+        clock.seconds += 0.0005
+        width = widths.at(batch)
+        seen.append(width)
+        clock.seconds += 0.002 + 0.002 * width
+        widths.record(torch.full((batch,), committed_of(width), dtype=torch.int32))
+    return seen
+
+
+def test_the_acceptance_controller_follows_the_accept_counts(load):
+    """A plugins.toml widths_by_acceptance, steps whose cost grows with the width (timed on a clock
+    the test moves): nothing accepted takes a slot down to plain decoding; everything accepted
+    then, found by the probe from width 1, takes it up to its widest."""
+    clock = Clock()
+    widths = step_widths(load("widths_by_acceptance = {warmup_steps = 2, interval_steps = 2, probe_after = 3}\n"), now=clock)
+    rejected = serve(widths, clock, 12, 2, lambda width: 1)
+    # from the middle candidate down at the first decision (step 4), probing again after 3 decisions at width 1
+    assert rejected == [2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 2, 2], rejected
+    accepted = serve(widths, clock, 40, 2, lambda width: width)
+    assert accepted[-1] == 8, accepted
+    assert serve(widths, clock, 1, 6, lambda width: width) == [1]  # another slot (4+ requests): its own middle candidate
+
+
+def test_without_widths_to_choose_from_the_controller_is_refused(site, sglang_loaded):
+    from sglang_spec_plugins.errors import ConfigError
+
+    site.add("perstep-drafter", {"perstep": "perstep_mod"}, {"perstep_mod": PLUGIN})
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    sglang_loaded('[plugins]\nenable = ["perstep"]\n[algorithms.PER_STEP]\nwidths_by_batch_size = {1 = 4, 8 = 2}\n'
+                  'widths_by_acceptance = true\n')
+    with pytest.raises(ConfigError, match=r"\[algorithms.PER_STEP\] widths_by_acceptance in .*plugins.toml: the controller "
+                                          r"chooses each step's width among its batch-size bucket's widths, but "
+                                          r"\[algorithms.PER_STEP\] widths_by_batch_size in .* gives \{1 = 4, 8 = 2\}"):
+        step_widths(SpeculativeAlgorithm.from_string("PER_STEP"))
+
+
+def _rank(rank, port, out):
+    import torch.distributed as dist
+
+    from sglang_spec_plugins.engine.step_times import agreed
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        group = types.SimpleNamespace(world_size=2, cpu_group=dist.group.WORLD)  # SGLang's TP group coordinator's two fields
+        mine = {2: 0.010 + rank * 0.002, 4: 0.020 - rank * 0.004}
+        out.put((rank, agreed(types.SimpleNamespace(tp_group=group), mine)))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_step_times_agree_across_tensor_parallel_ranks():
+    """Two ranks with their own clocks hand the controller the same seconds (their mean)."""
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_rank, args=(r, port, out)) for r in range(2)]
+    for p in procs:
+        p.start()
+    results = dict(out.get(timeout=120) for _ in procs)
+    for p in procs:
+        p.join(timeout=60)
+    assert results[0] == results[1] == pytest.approx({2: 0.011, 4: 0.018})
