@@ -128,14 +128,25 @@ def child(scenario: str, modules: list) -> None:
 
 def _cpu_stand_ins():
     """The CPU harness's stand-ins (``sglang_spec_plugins/testing/cpu.py``), loaded
-    from their file so that the child does not import our package before
+    from their files under a package of another name, so that the child does
+    not import our package (pluggy, the config reader, ...) before
     ``load_plugins()`` does."""
     import importlib.util
+    import types
 
-    spec = importlib.util.spec_from_file_location("_cpu_stand_ins", ROOT / "sglang_spec_plugins" / "testing" / "cpu.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    package = ROOT / "sglang_spec_plugins"
+    for name in ("_bench", "_bench.engine", "_bench.testing"):
+        sys.modules.setdefault(name, types.ModuleType(name)).__path__ = []
+
+    def load(name, path):
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        return module
+
+    load("_bench.engine.cpu_harness", package / "engine" / "cpu_harness.py")
+    return load("_bench.testing.cpu", package / "testing" / "cpu.py")
 
 
 def _timed(func, name, into):

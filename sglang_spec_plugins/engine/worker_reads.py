@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Tuple
 
+from .source_cache import python_files
+
 ROOTS = ("self.draft_worker", "self.scheduler.draft_worker", "scheduler.draft_worker",
          "self.model_worker", "self.scheduler.model_worker")
 """Expressions that are the speculative worker (``model_worker`` is it
@@ -37,7 +39,7 @@ target worker too)."""
 PARAMETERS = ("draft_worker", "spec_worker")
 """Parameter names SGLang's helpers take the speculative worker under."""
 
-NAMES = re.compile(r"\b(?:draft_worker|spec_worker|model_worker)\b")
+NAMES = re.compile(rb"\b(?:draft_worker|spec_worker|model_worker)\b")
 """A file that may hold a read (``is_draft_worker`` does not match)."""
 
 BASE_FILE = "speculative/base_spec_worker.py"
@@ -78,20 +80,26 @@ class WorkerRead:
 def worker_reads(srt: Path) -> Tuple[WorkerRead, ...]:
     """The reads in the release whose ``sglang/srt`` folder is ``srt``, sorted by path and place."""
     found: List[WorkerRead] = []
-    for path in sorted(srt.rglob("*.py")):
-        rel = path.relative_to(srt).as_posix()
+    for rel, path, _, _ in python_files(srt):
         if rel.startswith("speculative/") and rel != BASE_FILE:
             continue
-        text = path.read_text(encoding="utf-8")
-        if any(name in text for name in PARAMETERS + ("model_worker",)) and NAMES.search(text):
-            _Reader(rel, found).visit(parsed(path))
+        with open(path, "rb") as file:  # searched undecoded: most files are not read further
+            data = file.read()
+        if any(name.encode() in data for name in PARAMETERS + ("model_worker",)) and NAMES.search(data):
+            _Reader(rel, found).visit(parsed(Path(path)))
     return tuple(sorted(set(found), key=lambda r: (r.path, r.file, r.line)))
+
+
+@functools.lru_cache(maxsize=None)
+def source(path: Path) -> str:
+    """The text of an SGLang source file that is parsed (read once per process)."""
+    return path.read_text(encoding="utf-8")
 
 
 @functools.lru_cache(maxsize=None)
 def parsed(path: Path) -> ast.Module:
     """The syntax tree of an SGLang source file (parsed once per process)."""
-    return ast.parse(path.read_text(encoding="utf-8"))
+    return ast.parse(source(path))
 
 
 class _Reader(ast.NodeVisitor):
