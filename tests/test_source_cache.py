@@ -60,21 +60,31 @@ def test_a_second_process_takes_the_entry_without_computing(tree, tmp_path):
 
 
 def test_same_content_with_new_times_is_a_hit_and_refreshes_the_times(tree, tmp_path):
+    """The first entry skips the content digest; the first change of times
+    computes it (and the value); from then on a reinstall of the same files
+    (new times, same bytes) is a hit."""
     env = {CACHE_ENV: str(tmp_path / "cache")}
     ask(tree, Counting(tree), env)
     (entry,) = (tmp_path / "cache").iterdir()
-    before = json.loads(entry.read_text())["times"]
+    assert json.loads(entry.read_text())["content"] is None
     os.utime(tree / "a.py", ns=(1, 1))  # as a reinstall of the same files does
+    once = Counting(tree)
+    ask(tree, once, env)
+    recorded = json.loads(entry.read_text())
+    assert once.calls == 1 and recorded["content"]
+    os.utime(tree / "a.py", ns=(2, 2))
     again = Counting(tree)
-    ask(tree, again, env)
+    assert ask(tree, again, env) == Counting(tree)()
     assert again.calls == 0
-    assert json.loads(entry.read_text())["times"] != before
+    assert json.loads(entry.read_text())["times"] != recorded["times"]
 
 
 @pytest.mark.parametrize("change", ["edit", "same size", "add", "remove"])
 def test_other_content_is_computed_again(tree, tmp_path, change):
     env = {CACHE_ENV: str(tmp_path / "cache")}
     ask(tree, Counting(tree), env)
+    os.utime(tree / "managers" / "b.py", ns=(3, 3))
+    ask(tree, Counting(tree), env)  # the entry holds the content digest now
     stat = (tree / "a.py").stat()
     if change == "edit":
         (tree / "a.py").write_text("A = 10\n")

@@ -6,13 +6,16 @@ process that resolves server arguments. The answer depends only on those
 files and on the code that reads them, so :func:`cached` keeps it in a JSON
 file in a per-user cache directory and gives it back to the next process.
 
-Key: a digest of the content of every ``.py`` file under the folder read, of
-this package's reading modules' own source and of the Python release (whose
-``ast`` is read). An entry also records each file's size and modification
-time, as Python's bytecode cache does: when they all match, the entry is
-taken without reading the files (about 20 ms for ``sglang/srt``); when any
-differs, the files are read and hashed, and an entry with the same content
-digest is still taken (and its times refreshed).
+Key: the content of every ``.py`` file under the folder read, this package's
+reading modules' own source and the Python release (whose ``ast`` is read).
+An entry records each file's size and modification time, as Python's
+bytecode cache does: when they all match, the entry is taken without reading
+the files (about 20 ms for ``sglang/srt``). When any differs (a reinstall,
+an edit), the files are read and hashed, and an entry whose content digest
+is the same is still taken (its times refreshed); any other is computed
+again, with the digest recorded. (The first entry, written where there was
+none, skips the digest: it would cost as much as a second reading of every
+file; a later change of times computes it.)
 
 Where: ``$SGLANG_SPEC_PLUGINS_CACHE``, else ``$XDG_CACHE_HOME/sglang-spec-plugins``,
 else ``~/.cache/sglang-spec-plugins``; ``SGLANG_SPEC_PLUGINS_CACHE=off``
@@ -96,8 +99,8 @@ def cached(kind: str, root: Path, reader: Sequence[ModuleType], compute: Callabl
         value = _decoded(entry, decode, path)
         if value is not None:
             return value[0]
-    content = _content_digest(files)
-    if entry is not None and entry["content"] == content:
+    content = None if entry is None else _content_digest(files)
+    if content is not None and entry["content"] == content:
         value = _decoded(entry, decode, path)
         if value is not None:
             _write(path, {**entry, "times": times})

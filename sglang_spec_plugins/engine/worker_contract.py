@@ -39,6 +39,7 @@ import ast
 import dataclasses
 import functools
 import inspect
+import re
 import sys
 import textwrap
 from dataclasses import dataclass
@@ -47,7 +48,8 @@ from typing import Iterable, List, Optional, Tuple
 
 from .probe import installed_version, method_source, source_file
 from .source_cache import cached
-from .worker_reads import WorkerRead, parsed, source, worker_reads
+from .source_text import pruned_module
+from .worker_reads import WorkerRead, parsed, worker_reads
 
 SCHEDULER = "sglang.srt.managers.scheduler"
 BASE_MODULE = "sglang.srt.speculative.base_spec_worker"
@@ -297,22 +299,16 @@ def _calls(node: ast.AST, attr: str) -> Iterable[ast.Call]:
     )
 
 
-def _functions_naming(path: Path, name: str) -> Iterable[ast.FunctionDef]:
-    """The functions of the file at ``path`` (as :func:`_functions`) whose text,
-    decorators included, holds ``name``: the only ones that can read an
-    attribute or call a method of that name (searching each function's text is
-    far cheaper than walking its tree)."""
-    lines = source(path).splitlines()
-    for func in _functions(parsed(path)):
-        start = min([func.lineno, *(d.lineno for d in func.decorator_list)])
-        if any(name in line for line in lines[start - 1:func.end_lineno]):
-            yield func
+def _naming(path: Path, name: str) -> ast.Module:
+    """The file's tree with the functions that name ``name`` (an attribute, a
+    method), the only ones that can read or call it (:func:`.pruned_module`)."""
+    return pruned_module(path, re.compile(rf"\b{re.escape(name)}\b"))
 
 
 def _constructor_kwargs(scheduler: Path) -> Tuple[str, ...]:
     """Keywords of the call on what ``create_worker`` returned, in the function of
     the file at ``scheduler`` that calls it."""
-    for func in _functions_naming(scheduler, "create_worker"):
+    for func in _functions(_naming(scheduler, "create_worker")):
         for call in _calls(func, "create_worker"):
             assigned = next(
                 (a.targets[0].id for a in ast.walk(func)
@@ -383,7 +379,7 @@ def _is_self_member(node: ast.expr, name: str) -> bool:
 def _draft_worker_reads() -> set:
     found = set()
     for path in _scheduler_modules("draft_worker"):
-        for node in ast.walk(parsed(path)):
+        for node in ast.walk(_naming(path, "draft_worker")):
             if isinstance(node, ast.Attribute) and _is_self_member(node.value, "draft_worker"):
                 found.add(node.attr)
     return found
@@ -394,7 +390,7 @@ def _forward_keywords() -> set:
     speculative worker when one is configured) anywhere in the scheduler package."""
     found = set()
     for path in _scheduler_modules(FORWARD):
-        for func in _functions_naming(path, FORWARD):
+        for func in _functions(_naming(path, FORWARD)):
             for call in _calls(func, FORWARD):
                 if _is_self_member(call.func.value, "model_worker"):
                     found.update(_keywords(func, call))

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Tuple
 
 from .source_cache import python_files
+from .source_text import pruned_module
 
 ROOTS = ("self.draft_worker", "self.scheduler.draft_worker", "scheduler.draft_worker",
          "self.model_worker", "self.scheduler.model_worker")
@@ -39,8 +40,10 @@ target worker too)."""
 PARAMETERS = ("draft_worker", "spec_worker")
 """Parameter names SGLang's helpers take the speculative worker under."""
 
-NAMES = re.compile(rb"\b(?:draft_worker|spec_worker|model_worker)\b")
-"""A file that may hold a read (``is_draft_worker`` does not match)."""
+NAMES = re.compile(r"\b(?:draft_worker|spec_worker|model_worker)\b")
+"""What a read starts from (``is_draft_worker`` does not match): a file and a function without it hold none."""
+
+_NAMES_IN_BYTES = re.compile(NAMES.pattern.encode())
 
 BASE_FILE = "speculative/base_spec_worker.py"
 BASE_CLASS = "BaseSpecWorker"
@@ -85,21 +88,15 @@ def worker_reads(srt: Path) -> Tuple[WorkerRead, ...]:
             continue
         with open(path, "rb") as file:  # searched undecoded: most files are not read further
             data = file.read()
-        if any(name.encode() in data for name in PARAMETERS + ("model_worker",)) and NAMES.search(data):
-            _Reader(rel, found).visit(parsed(Path(path)))
+        if any(name.encode() in data for name in PARAMETERS + ("model_worker",)) and _NAMES_IN_BYTES.search(data):
+            _Reader(rel, found).visit(pruned_module(Path(path), NAMES))
     return tuple(sorted(set(found), key=lambda r: (r.path, r.file, r.line)))
-
-
-@functools.lru_cache(maxsize=None)
-def source(path: Path) -> str:
-    """The text of an SGLang source file that is parsed (read once per process)."""
-    return path.read_text(encoding="utf-8")
 
 
 @functools.lru_cache(maxsize=None)
 def parsed(path: Path) -> ast.Module:
     """The syntax tree of an SGLang source file (parsed once per process)."""
-    return ast.parse(source(path))
+    return ast.parse(path.read_text(encoding="utf-8"))
 
 
 class _Reader(ast.NodeVisitor):

@@ -154,3 +154,24 @@ def test_the_readme_draft_worker_table_matches_the_release():
     unchecked = {read.path.split(".", 1)[1] for read in found.worker_reads
                  if not read.optional and read.path.startswith("draft_worker.") and "draft_worker" not in read.checked}
     assert _readme_row(RELEASE) == (members, unchecked)
+
+
+def test_reading_only_the_functions_that_name_what_is_read_gives_the_whole_files_contract(monkeypatch):
+    """The reader parses only the functions of a file that name the worker
+    (source_text.pruned_module); on this release that finds exactly what
+    parsing every file whole finds, reads, lines and all."""
+    import ast
+
+    from sglang_spec_plugins.engine import worker_contract, worker_reads
+
+    monkeypatch.setenv("SGLANG_SPEC_PLUGINS_CACHE", "off")
+    worker_contract.contract.cache_clear()
+    pruned = worker_contract.contract()
+    whole = lambda path, pattern: ast.parse(path.read_text(encoding="utf-8"))  # noqa: E731
+    monkeypatch.setattr(worker_contract, "pruned_module", whole)
+    monkeypatch.setattr(worker_reads, "pruned_module", whole)
+    worker_contract.contract.cache_clear()
+    try:
+        assert worker_contract.contract() == pruned
+    finally:
+        worker_contract.contract.cache_clear()
