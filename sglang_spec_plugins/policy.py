@@ -94,7 +94,7 @@ class VerifyPolicy:
             raise self._fault(f"{call} returned {width!r}; {must}")
         agreement.agree_on_width(self.algorithm, self.plugin, ndt, bool(is_draft_worker), width)
         self._widths[(num_draft_tokens, is_draft_worker)] = width
-        logger.info("sglang-spec-plugins: algorithm %s (plugin %s): %s = %d", self.algorithm, self.plugin, call, width)
+        logger.debug("sglang-spec-plugins: algorithm %s (plugin %s): %s = %d", self.algorithm, self.plugin, call, width)
         return width
 
     def widths_by_batch_size(self, num_draft_tokens: int, is_draft_worker: bool) -> Optional[WidthsByBatchSize]:
@@ -126,7 +126,7 @@ class VerifyPolicy:
             if buckets is not None and buckets.maximum > limit:
                 raise self._fault(f"{call} returned {buckets}; width {buckets.maximum} is above the maximum width {limit}")
         if buckets is not None:
-            logger.info("sglang-spec-plugins: algorithm %s (plugin %s): widths by batch size at "
+            logger.debug("sglang-spec-plugins: algorithm %s (plugin %s): widths by batch size at "
                         "num_draft_tokens=%d, is_draft_worker=%s: %s", self.algorithm, self.plugin, ndt,
                         bool(is_draft_worker), buckets)
         self._buckets[key] = buckets

@@ -15,19 +15,24 @@ comes later and is never called on 0.5.12-0.5.13.)
 
 The loader registers :func:`validator` there for every plugin algorithm: it
 runs the plugin's own validator and then :func:`faults`, and stops SGLang
-with a :class:`PluginError` naming plugin, distribution, algorithm and hook.
+with a :class:`PluginError` naming plugin, distribution, algorithm and hook,
+or logs one INFO line with the widths it resolved (:func:`widths_line`).
 ``check`` asks the same :func:`faults` (:mod:`.prediction`), so what
 ``check`` finds the server finds before the weights load.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable, List, Mapping, Optional
 
-from ..engine.facts import DRAFT, verify_backends
+from ..engine.facts import DRAFT, TARGET, verify_backends
 from ..errors import describe_exception
 from ..plugins import OfferedAlgorithm
 from ..policy import VerifyPolicy
+
+logger = logging.getLogger("sglang_spec_plugins")
+
 
 def faults(offered: OfferedAlgorithm, policy: VerifyPolicy, server_args: Any, version: str, *,
            ndt: Optional[int], disable_overlap: bool, backends: Mapping[str, str], release: Any = None,
@@ -155,5 +160,19 @@ def validator(offered: OfferedAlgorithm, policy: VerifyPolicy, version: str) -> 
         if found:
             raise policy._fault("; ".join(found) + " (found while SGLang resolved its server arguments, before "
                                 "loading any weights)")
+        logger.info("%s", widths_line(offered, policy, ndt))
 
     return validate_server_args
+
+
+def widths_line(offered: OfferedAlgorithm, policy: VerifyPolicy, ndt: Optional[int]) -> str:
+    """The INFO line of a passed start-up check: the widths each worker verifies at ``ndt``."""
+    widths = []
+    for draft in verifying_workers(policy, ndt):
+        buckets = policy.widths_by_batch_size(ndt, draft)
+        widths.append(f"the {DRAFT if draft else TARGET} verifies "
+                      + (f"widths by batch size {buckets}" if buckets is not None else f"width {policy.width(ndt, draft)}"))
+    if ndt is not None and not policy.draft_may_verify():
+        widths.append(f"the {DRAFT} does not verify")
+    return (f"sglang-spec-plugins: start-up check passed for {offered.name} (plugin {offered.plugin}) at "
+            f"--speculative-num-draft-tokens {ndt}: {'; '.join(widths) or 'no width resolved'}")
