@@ -147,6 +147,8 @@ def validator(offered: OfferedAlgorithm, policy: VerifyPolicy, version: str) -> 
     :func:`faults` on SGLang's own arguments; one PluginError naming the
     plugin, its distribution and the algorithm lists what it found."""
 
+    announced = set()  # SGLang may resolve the arguments more than once: one line per ndt
+
     def validate_server_args(server_args: Any) -> None:
         ndt = getattr(server_args, "speculative_num_draft_tokens", None)
         refused = validator_fault(offered, server_args, ndt)
@@ -160,7 +162,9 @@ def validator(offered: OfferedAlgorithm, policy: VerifyPolicy, version: str) -> 
         if found:
             raise policy._fault("; ".join(found) + " (found while SGLang resolved its server arguments, before "
                                 "loading any weights)")
-        logger.info("%s", widths_line(offered, policy, ndt))
+        if ndt not in announced:
+            announced.add(ndt)
+            logger.info("%s", widths_line(offered, policy, ndt))
 
     return validate_server_args
 
