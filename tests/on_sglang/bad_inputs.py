@@ -411,19 +411,12 @@ CASES = [
 
 def resolve_server_args(**fields):
     """SGLang's own ``ServerArgs`` with ``fields``, passed through the release's own speculative-argument
-    handler (``arg_groups/speculative_hook.handle_speculative_decoding``, 0.5.13+; ``ServerArgs.
-    _handle_speculative_decoding`` on 0.5.12.x), where SGLang calls the algorithm's validate_server_args."""
-    import importlib
-
+    handler, where SGLang calls the algorithm's validate_server_args (``testing.cpu.resolve_speculative``)."""
     from sglang.srt.server_args import ServerArgs
 
-    args = ServerArgs(model_path="dummy", **fields)
-    try:
-        handler = importlib.import_module("sglang.srt.arg_groups.speculative_hook").handle_speculative_decoding
-    except ModuleNotFoundError:
-        handler = args._handle_speculative_decoding.__func__
-    handler(args)
-    return args
+    from sglang_spec_plugins.testing.cpu import resolve_speculative
+
+    return resolve_speculative(ServerArgs(model_path="dummy", **fields))
 
 
 def check_flags(case: Case) -> List[str]:
