@@ -22,6 +22,11 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 GREEDY, SAMPLED, LOGPROB, ABORT = "greedy", "sampled", "logprob", "abort"
+STRICT_POOL_CHECKS = {"SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE": "1", "SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_BUSY": "1",
+                      "SGLANG_CHECK_KV_PAGE_INVARIANTS": "1"}
+"""The environment that makes SGLang's own pool checks strict (0.5.16+; earlier releases read none of
+them): at idle (a leaked KV or request slot), after every step (the pool's accounting) and of its KV pages
+(none both owned and free, none freed twice). An error there stops the scheduler."""
 REFUSED_KINDS = (SAMPLED, LOGPROB)
 
 Outcome = Dict[str, Any]
@@ -33,7 +38,8 @@ call), ``retractions`` (SGLang's ``num_retractions``, where the release
 reports it), ``verify_steps`` (``spec_verify_ct``), ``chunks`` (streamed
 outputs received), ``disconnected`` (True where the client closed its
 connection mid-stream, as an HTTP client that goes away does: it sees no
-finish)."""
+finish), ``abort_sent`` (True once the client asked SGLang to abort it; an
+error it then gets for its own abort counts as the abort)."""
 
 
 @dataclass(frozen=True)
@@ -146,7 +152,7 @@ def verdict(requests: Sequence[SoakRequest], outcomes: Mapping[str, Outcome], re
             else:
                 problems.append(f"{request.rid} ({request.kind}): served ({finish!r}), not refused")
         else:
-            if finish_type == "abort" or outcome.get("disconnected"):
+            if finish_type == "abort" or outcome.get("disconnected") or (outcome.get("abort_sent") and outcome.get("error")):
                 counts["aborted"] += 1
             elif finish_type == "length" and len(tokens) == request.max_new_tokens:
                 counts["finished_before_abort"] += 1

@@ -3,7 +3,7 @@ with PROMPT_LOOKUP, some refused per request, some aborted mid-stream with
 SGLang's own AbortReq, a KV pool so small that SGLang retracts requests;
 every greedy request finishes token-identical to plain decoding of the same
 request, every refusal carries the plugin's message, and at the end every KV
-slot and request slot is free (``testing/scheduler_soak.py``, which
+slot and request slot is free, with SGLang's own pool checks strict (``testing/scheduler_soak.py``, which
 ``tests/gpu/soak.py`` mirrors on a GPU through ``sglang.Engine`` and the HTTP server).
 
 Each run is one process: the PROMPT_LOOKUP run with 96 KV slots for 8
@@ -23,7 +23,7 @@ import pytest
 
 from sglang_spec_plugins.engine.worker_contract import contract
 from sglang_spec_plugins.testing.scheduler_soak import CPU_SET
-from sglang_spec_plugins.testing.soak import ABORT, REFUSED_KINDS, mixed_requests, verdict
+from sglang_spec_plugins.testing.soak import ABORT, REFUSED_KINDS, STRICT_POOL_CHECKS, mixed_requests, verdict
 
 REQUESTS, SEED = 32, 0
 REFUSAL = "PROMPT_LOOKUP speculative decoding serves greedy requests only; this one asks for "
@@ -36,7 +36,7 @@ pytestmark = pytest.mark.skipif(
 def _soak(tmp_path, algorithm, *options):
     config = tmp_path / "plugins.toml"
     config.write_text('[plugins]\nenable = ["prompt_lookup"]\n[algorithms.PROMPT_LOOKUP]\nmax_tokens_per_req = 4\n')
-    env = dict(os.environ, SGLANG_SPEC_PLUGINS_CONFIG=str(config), PYTHONPATH=os.pathsep.join(sys.path))
+    env = dict(os.environ, SGLANG_SPEC_PLUGINS_CONFIG=str(config), PYTHONPATH=os.pathsep.join(sys.path), **STRICT_POOL_CHECKS)
     env.pop("SGLANG_SPEC_PLUGINS", None)
     command = [sys.executable, "-m", "sglang_spec_plugins.testing.scheduler_soak", *([algorithm] if algorithm else []),
                "--requests", str(REQUESTS), "--seed", str(SEED), *options]
