@@ -65,6 +65,12 @@ NO_PLUGIN = "none-selected"
 
 
 def engine_kwargs(args, spec: bool) -> dict:
+    """The server arguments of a phase, those the installed release has (``disable_prefill_cuda_graph``
+    came with prefill graphs, 0.5.14)."""
+    import inspect
+
+    from sglang.srt.server_args import ServerArgs
+
     kwargs = dict(model_path=os.environ.get("ENGINE_MODEL", "/tmp/tiny-llama"), skip_tokenizer_init=True,
                   attention_backend="flashinfer", mem_fraction_static=0.2, max_total_tokens=args.max_total_tokens,
                   max_running_requests=args.concurrency, chunked_prefill_size=2048, disable_radix_cache=True,
@@ -73,7 +79,8 @@ def engine_kwargs(args, spec: bool) -> dict:
         kwargs["disable_cuda_graph"] = True
     if spec:
         kwargs.update(speculative_algorithm=ALGORITHM, speculative_num_draft_tokens=NDT)
-    return kwargs
+    known = set(inspect.signature(ServerArgs).parameters)
+    return {name: value for name, value in kwargs.items() if name in known}
 
 
 def server_flags(kwargs: dict) -> list:

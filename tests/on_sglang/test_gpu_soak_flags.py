@@ -1,6 +1,5 @@
 """tests/gpu/soak.py starts sglang.Engine with keyword arguments and SGLang's HTTP server with the same
-settings as flags: both are the release's own server arguments (no GPU here: parsed, not served). The
-soak runs SGLang 0.5.16; the other releases say whether it would run on them as written."""
+settings as flags: both are the release's own server arguments (no GPU here: parsed, not served)."""
 
 import argparse
 import inspect
@@ -19,6 +18,7 @@ def test_the_soaks_engine_arguments_and_server_flags_are_the_releases_own():
     for spec in (False, True):
         kwargs = soak.engine_kwargs(options, spec)
         assert set(kwargs) <= set(inspect.signature(ServerArgs).parameters)
+        assert {"attention_backend", "disable_cuda_graph", "max_total_tokens", "disable_radix_cache"} <= set(kwargs)
         parser = argparse.ArgumentParser()
         ServerArgs.add_cli_args(parser)
         parsed = vars(parser.parse_args(soak.server_flags(kwargs)))
