@@ -221,3 +221,34 @@ def test_readers_never_see_a_torn_entry(tmp_path):
     assert [p.returncode for p in procs] == [0] * 5, results
     assert all(int(out) > 0 for out, _ in results[:2]), results  # the readers did read entries
     assert [p.name for p in path.parent.iterdir()] == ["entry.json"]
+
+
+def test_cached_reading_follows_the_files_the_computation_read(tree, tmp_path):
+    """cached_reading keys on the files read through source_text (and looked for with note), not a folder."""
+    from sglang_spec_plugins.engine import source_text
+    from sglang_spec_plugins.engine.source_cache import cached_reading
+
+    absent = tree / "managers" / "later.py"
+    calls = []
+
+    def compute():
+        calls.append(1)
+        source_text.note(absent)
+        return source_text.method_in_file(tree / "a.py", "A.f") or "none:" + source_text._text(tree / "a.py")
+
+    def ask_reading():
+        source_text._read.cache_clear()
+        return cached_reading("test-reading", ["release"], READER, compute, lambda v: v, str,
+                              environ={CACHE_ENV: str(tmp_path / "cache")})
+
+    first = ask_reading()
+    assert (ask_reading(), len(calls)) == (first, 1)
+    (tree / "managers" / "b.py").write_text("B = 3\n")  # not read: still a hit
+    assert (ask_reading(), len(calls)) == (first, 1)
+    os.utime(tree / "a.py", ns=(5, 5))  # read, same content: a hit
+    assert (ask_reading(), len(calls)) == (first, 1)
+    (tree / "a.py").write_text("A = 2\n")
+    assert ask_reading() == "none:\nA = 2\n" and len(calls) == 2
+    absent.write_text("# now there\n")  # looked for, absent then
+    ask_reading()
+    assert len(calls) == 3

@@ -2,12 +2,17 @@
 
 Reading the worker contract off SGLang's source means searching all ~2,100
 files of ``sglang/srt`` and parsing a dozen of them: about a second, in every
-process that resolves server arguments. The answer depends only on those
-files and on the code that reads them, so :func:`cached` keeps it in a JSON
-file in a per-user cache directory and gives it back to the next process.
+process that resolves server arguments; planning the patches reads about
+fifteen methods out of a dozen files in every process SGLang starts. Each
+answer depends only on those files and on the code that reads them, so
+:func:`cached` (every ``.py`` file under a folder) and :func:`cached_reading`
+(the files one computation read or looked for, recorded by
+:func:`.source_text.recording`) keep it in a JSON file in a per-user cache
+directory and give it back to the next process.
 
 Key: the content of every ``.py`` file under the folder read, this package's
-reading modules' own source and the Python release (whose ``ast`` is read).
+reading modules (each by size and modification time, as Python's bytecode
+cache judges a source file) and the Python release (whose ``ast`` is read).
 An entry records each file's size and modification time, as Python's
 bytecode cache does: when they all match, the entry is taken without reading
 the files (about 20 ms for ``sglang/srt``). When any differs (a reinstall,
@@ -45,8 +50,8 @@ FORMAT = 1
 """The layout of an entry; a change makes every older entry a miss."""
 
 T = TypeVar("T")
-SourceFile = Tuple[str, str, int, int]
-"""(path relative to the folder read, path, size, modification time in ns)."""
+SourceFile = Tuple[str, str, Optional[int], Optional[int]]
+"""(path relative to the folder read, path, size, modification time in ns); size None: absent."""
 
 logger = logging.getLogger("sglang_spec_plugins")
 
@@ -110,19 +115,70 @@ def cached(kind: str, root: Path, reader: Sequence[ModuleType], compute: Callabl
     return value
 
 
+def cached_reading(kind: str, key: Any, reader: Sequence[ModuleType], compute: Callable[[], T],
+                   encode: Callable[[T], Any], decode: Callable[[Any], T], environ=os.environ) -> T:
+    """``compute()``, or what an earlier process computed with the same
+    ``key`` (JSON data: a release, ...) and ``reader`` modules when every file
+    it read or looked for (:func:`.source_text.recording` around it) is as it
+    was then: the same size and modification time, or the same content
+    (absent files stay absent). ``encode``/``decode`` as for :func:`cached`."""
+    from .source_text import recording
+
+    where = cache_dir(environ)
+    if where is None:
+        return compute()
+    full_key = _digest([kind, key, FORMAT, list(sys.version_info[:2]), *(_module_text(m) for m in reader)])
+    path = where / f"{kind}-{full_key[:20]}.json"
+    entry = _read(path, full_key)
+    if entry is not None:
+        files = [(name, name, *_stat(name)) for name in entry.get("paths", ())]
+        times = _digest([[name, size, mtime] for name, _, size, mtime in files])
+        same = entry["times"] == times or entry["content"] == _content_digest(files)
+        value = _decoded(entry, decode, path) if same else None
+        if value is not None:
+            if entry["times"] != times:
+                _write(path, {**entry, "times": times})
+            return value[0]
+    with recording() as read:
+        value = compute()
+    try:
+        encoded = encode(value)
+    except Exception as exc:  # a value the entry cannot hold: computed, not kept
+        logger.debug("sglang-spec-plugins: cache entry %s not written: %s: %s", path, type(exc).__name__, exc)
+        return value
+    files = [(name, name, *_stat(name)) for name in sorted(read)]
+    _write(path, {"key": full_key, "paths": sorted(read), "content": _content_digest(files),
+                  "times": _digest([[name, size, mtime] for name, _, size, mtime in files]), "value": encoded})
+    return value
+
+
+def _stat(path: str) -> Tuple[Optional[int], Optional[int]]:
+    """(size, modification time in ns), or (None, None) for a file that is not there."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None, None
+    return stat.st_size, stat.st_mtime_ns
+
+
 def _digest(data: Any) -> str:
     return hashlib.blake2b(json.dumps(data).encode(), digest_size=20).hexdigest()
 
 
-def _module_text(module: ModuleType) -> str:
-    return Path(module.__file__).read_text(encoding="utf-8")
+def _module_text(module: ModuleType) -> List[Any]:
+    """A reading module as the key holds it: its file, size and modification
+    time (how Python's own bytecode cache judges a source file)."""
+    return [module.__name__, *_stat(module.__file__)]
 
 
 def _content_digest(files: Iterable[SourceFile]) -> str:
     """A digest of every file's relative path and bytes (a file that cannot
     be read counts as its error)."""
     digest = hashlib.blake2b(digest_size=20)
-    for rel, path, _, _ in files:
+    for rel, path, size, _ in files:
+        if size is None:  # looked for and absent
+            digest.update(f"{rel}\0absent\0".encode())
+            continue
         try:
             with open(path, "rb") as file:
                 data = file.read()

@@ -24,20 +24,49 @@ parses a dozen of the 6,400-line scheduler's functions, not the file).
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
 import inspect
 import re
 import textwrap
-from pathlib import Path
 from bisect import bisect_right
-from typing import List, Optional, Pattern, Tuple
+from pathlib import Path
+from typing import Iterator, List, Optional, Pattern, Set, Tuple
 
 _LEAVES_CLASS = re.compile(r"\n[^\s#)]")  # a top-level line: the class body ended before it
 _CODE_LINE = re.compile(r"\n([ \t]*)[^\s#)\]}]")  # a line that can end a block (not blank, comment, closer)
 
 
-@functools.lru_cache(maxsize=None)
+_recorders: List[Set[str]] = []
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[Set[str]]:
+    """The paths of the SGLang files read (through this module, cached or
+    not) or looked for (:func:`note`) inside the block, for keys of what
+    depends on them (:func:`.source_cache.cached_reading`)."""
+    paths: Set[str] = set()
+    _recorders.append(paths)
+    try:
+        yield paths
+    finally:
+        _recorders.remove(paths)
+
+
+def note(path: Path) -> None:
+    """Count ``path`` as read by every :func:`recording` block open now (a
+    file looked for counts whether it exists or not: its absence is read too)."""
+    for paths in _recorders:
+        paths.add(str(path))
+
+
 def _text(path: Path) -> str:
+    note(path)
+    return _read(path)
+
+
+@functools.lru_cache(maxsize=None)
+def _read(path: Path) -> str:
     return "\n" + path.read_text(encoding="utf-8")
 
 
