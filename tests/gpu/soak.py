@@ -34,7 +34,7 @@ Results in DIR: ``requests.json`` (the set's parameters), ``<phase>.jsonl`` (one
 ``testing.soak.verdict`` against the plain outputs, retractions, aborts, refusals, tokens/s, the end
 state, the loader's INFO lines per process) and the coordinator prints it. Exit 0 when no phase has a
 problem. Each process stops sending new requests at ``--budget`` minus 35 s (the summary says how many
-were sent: fewer than planned is a problem) and is killed at ``--budget`` plus 10 s.
+were sent: fewer than planned is a problem) and is killed at ``--budget`` plus 5 s.
 """
 
 from __future__ import annotations
@@ -157,7 +157,6 @@ def run_engine(args, phase: str) -> None:
     started = time.time()
     engine = sglang.Engine(**engine_kwargs(args, spec=phase == "spec"))
     record["engine_start_s"] = round(time.time() - started, 1)
-    (args.out / f"{phase}.ready").write_text("")
     began = time.time()
     outcomes = engine.loop.run_until_complete(serve_engine(engine, batch, args, args.stop_at))
     record.update(wall_s=round(time.time() - began, 1), sent=len(outcomes), planned=len(batch))
@@ -269,7 +268,6 @@ def run_http(args) -> None:
                 pass
             time.sleep(2)
         record["engine_start_s"] = round(time.time() - started, 1)
-        (args.out / "http.ready").write_text("")
         began = time.time()
         outcomes = {}
         with ThreadPoolExecutor(max_workers=args.concurrency) as pool:
@@ -348,7 +346,7 @@ def coordinate(args) -> int:
                                            start_new_session=True)
     for phase, child in children.items():
         try:
-            child.wait(max(1.0, t0 + args.budget + 10 - time.time()))
+            child.wait(max(1.0, t0 + args.budget + 5 - time.time()))
         except subprocess.TimeoutExpired:
             os.killpg(child.pid, signal.SIGKILL)
             child.wait()

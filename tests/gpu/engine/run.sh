@@ -135,7 +135,7 @@ for phase in "$@"; do
     widths) widths_runs ;;
     tp) tp_runs ;;
     soak)
-      (cd /tmp && SOAK_LOGS=/tmp/engine-logs timeout -k 10 $(( ${SOAK_BUDGET:-430} + 30 )) python3 $H/../soak.py coordinate \
+      (cd /tmp && SOAK_LOGS=/tmp/engine-logs timeout -k 5 $(( ${SOAK_BUDGET:-430} + 20 )) python3 $H/../soak.py coordinate \
          --out "$OUT/soak" --budget ${SOAK_BUDGET:-430} ${SOAK_ARGS:-} > /tmp/engine-logs/soak.log 2>&1)
       tl "soak rc=$?"; tail -25 /tmp/engine-logs/soak.log ;;
     margins)  # how close each divergence of results/engine/divergences.json was (margins.py)
