@@ -1,4 +1,5 @@
-"""Start-up: what the loader adds to a fresh SGLang process, with 10 plugins installed.
+"""Start-up: what the loader adds to a fresh SGLang process, with 10 plugins
+installed, and what the start-up check costs when SGLang resolves its arguments.
 
 Each measurement is a fresh Python process on the real SGLang source (CPU
 harness, ``sglang_spec_plugins.testing.cpu``) that first imports what SGLang itself has
@@ -21,6 +22,20 @@ difference of the medians; inside the ``plugins`` runs the child also times
 our entry point's call alone and, after it, one re-planning of every patch
 from cold source caches.
 
+``check``: a process that has imported what ``sglang.Engine`` has imported
+when it resolves its arguments (``sglang.srt.entrypoints.engine``;
+``launch_server`` imports it right after), loads the example PROMPT_LOOKUP
+plugin through ``load_plugins()`` and resolves ``--speculative-algorithm
+PROMPT_LOOKUP --speculative-num-draft-tokens 4 --disable-overlap-schedule``
+through SGLang's own speculative-argument handler, timing the
+``validate_server_args`` the loader registered (the plugin's validator, the
+worker contract, the worker factory and its class, the widths, the
+backends). Three cache states (``engine/source_cache.py``), each in its own
+processes: ``off`` (``SGLANG_SPEC_PLUGINS_CACHE=off``: the contract is read
+off the source every time), ``cold`` (an empty cache directory: read and
+written, the first start after an install) and ``warm`` (the entry another
+process wrote). Each child records the 1-minute load average it started at.
+
     .venv/bin/python benchmarks/startup.py --out benchmarks/results/startup.json
 """
 
@@ -30,6 +45,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -41,6 +57,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PLUGINS = 10
 NO_PLUGIN = "none-selected"  # SGLANG_PLUGINS value that matches no installed plugin
+LOADER_SCENARIOS = ("launcher", "scheduler")
+CACHE_STATES = ("off", "cold", "warm")
+CHECK_TOML = """[plugins]
+enable = ["prompt_lookup"]
+[algorithms.PROMPT_LOOKUP]
+max_tokens_per_req = 4
+widths_by_batch_size = {1 = 4, 8 = 2}
+"""
+CHECK_ARGS = dict(speculative_algorithm="PROMPT_LOOKUP", speculative_num_draft_tokens=4, disable_overlap_schedule=True)
 
 
 def write_plugins(site: Path) -> Path:
@@ -108,7 +133,7 @@ def child(scenario: str, modules: list) -> None:
     plugins.load_plugins()
     load_s = time.perf_counter() - started
     result = dict(sglang_import_ms=sglang_import_s * 1e3, load_plugins_ms=load_s * 1e3,
-                  entry_point_ms=entry_s.get("sglang_spec_plugins", 0.0) * 1e3)
+                  entry_point_ms=entry_s.get("sglang_spec_plugins", 0.0) * 1e3, load_1m=os.getloadavg()[0])
     if "sglang_spec_plugins" in sys.modules:
         from sglang_spec_plugins.engine import probe, source_text
         from sglang_spec_plugins.loader import load
@@ -119,23 +144,65 @@ def child(scenario: str, modules: list) -> None:
         result["patches"] = {v: sum(p.verdict == v for p in report.patches.values()) for v in ("apply", "not needed")}
         result["applied_now"] = sum(bool(p._originals) for p in PATCHES)
         probe.method_source.cache_clear()
-        source_text._text.cache_clear()
+        source_text._read.cache_clear()
         started = time.perf_counter()
         plan_all(PATCHES, report.sglang_version)
         result["replan_cold_ms"] = (time.perf_counter() - started) * 1e3
     print(json.dumps(result))
 
 
+def check_child() -> None:
+    """One fresh process: import what sglang.Engine has imported, load the
+    PROMPT_LOOKUP plugin, time the start-up check inside SGLang's own argument
+    resolution, print JSON."""
+    import importlib
+
+    load_1m = os.getloadavg()[0]
+    cpu = _cpu_stand_ins()
+    cpu.install_stand_ins()
+    importlib.import_module("sglang.srt.entrypoints.engine")
+    importlib.import_module("sglang.srt.plugins").load_plugins()
+    from sglang.srt.speculative import spec_registry
+
+    from on_sglang.bad_inputs import resolve_server_args
+
+    algorithm = spec_registry.get_spec(CHECK_ARGS["speculative_algorithm"])
+    validate, took = algorithm.validate_server_args, {}
+
+    def timed(server_args):
+        started = time.perf_counter()
+        try:
+            return validate(server_args)
+        finally:
+            took["check_ms"] = (time.perf_counter() - started) * 1e3
+
+    algorithm.validate_server_args = timed
+    started = time.perf_counter()
+    resolve_server_args(**CHECK_ARGS)
+    print(json.dumps(dict(took, resolve_ms=(time.perf_counter() - started) * 1e3, load_1m=load_1m)))
+
+
 def _cpu_stand_ins():
     """The CPU harness's stand-ins (``sglang_spec_plugins/testing/cpu.py``), loaded
-    from their file so that the child does not import our package before
+    from their files under a package of another name, so that the child does
+    not import our package (pluggy, the config reader, ...) before
     ``load_plugins()`` does."""
     import importlib.util
+    import types
 
-    spec = importlib.util.spec_from_file_location("_cpu_stand_ins", ROOT / "sglang_spec_plugins" / "testing" / "cpu.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    package = ROOT / "sglang_spec_plugins"
+    for name in ("_bench", "_bench.engine", "_bench.testing"):
+        sys.modules.setdefault(name, types.ModuleType(name)).__path__ = []
+
+    def load(name, path):
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        return module
+
+    load("_bench.engine.cpu_harness", package / "engine" / "cpu_harness.py")
+    return load("_bench.testing.cpu", package / "testing" / "cpu.py")
 
 
 def _timed(func, name, into):
@@ -153,39 +220,54 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path)
     parser.add_argument("--repeat", type=int, default=7)
-    parser.add_argument("--child", choices=("launcher", "scheduler"), help=argparse.SUPPRESS)
+    parser.add_argument("--only", choices=("loader", "check"), help="run one half")
+    parser.add_argument("--child", choices=(*LOADER_SCENARIOS, "check"), help=argparse.SUPPRESS)
     parser.add_argument("--modules", nargs="*", default=[], help=argparse.SUPPRESS)
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT / "tests"))
+    if args.child == "check":
+        return check_child()
     if args.child:
         return child(args.child, args.modules)
 
     modules = target_modules()
     load_before = os.getloadavg()[0]  # a shared machine: other processes' load inflates every number
+    uptime_before = _uptime()
     runs = {}
+    loader, check = args.only in (None, "loader"), args.only in (None, "check")
     with tempfile.TemporaryDirectory() as tmp:
         toml = write_plugins(Path(tmp))
+        check_toml = Path(tmp, "check", "plugins.toml")
+        check_toml.parent.mkdir()
+        check_toml.write_text(CHECK_TOML)
+        base_env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [tmp, os.environ.get("PYTHONPATH")])))
+        base_env.pop("SGLANG_SPEC_PLUGINS", None)
+        base_env.pop("PYTHONDONTWRITEBYTECODE", None)  # an installed package has its .pyc files (pip writes them)
+        warm_cache = Path(tmp, "cache-warm")
         for rep in range(args.repeat + 1):  # the first round writes the bytecode caches and is not counted
-            for scenario in ("launcher", "scheduler"):
+            for scenario in LOADER_SCENARIOS if loader else ():
                 for mode in ("sglang", "plugins"):
-                    env = dict(os.environ, SGLANG_SPEC_PLUGINS_CONFIG=str(toml),
-                               PYTHONPATH=os.pathsep.join(filter(None, [tmp, os.environ.get("PYTHONPATH")])))
-                    env.pop("SGLANG_SPEC_PLUGINS", None)
-                    env.pop("PYTHONDONTWRITEBYTECODE", None)  # an installed package has its .pyc files (pip writes them)
+                    env = dict(base_env, SGLANG_SPEC_PLUGINS_CONFIG=str(toml), SGLANG_SPEC_PLUGINS_CACHE=str(warm_cache))
                     if mode == "sglang":
                         env["SGLANG_PLUGINS"] = NO_PLUGIN
                     else:
                         env.pop("SGLANG_PLUGINS", None)
-                    out = subprocess.run([sys.executable, __file__, "--child", scenario, "--modules", *modules],
-                                         env=env, cwd=tmp, capture_output=True, text=True)
-                    if out.returncode:
-                        raise SystemExit(f"{scenario}/{mode} child failed:\n{out.stderr[-3000:]}")
+                    row = _run_child(env, tmp, scenario, "--modules", *modules)
                     if rep:
-                        runs.setdefault((scenario, mode), []).append(json.loads(out.stdout.strip().splitlines()[-1]))
+                        runs.setdefault((scenario, mode), []).append(row)
+            for state in CACHE_STATES if check else ():
+                cold_cache = Path(tmp, f"cache-cold-{rep}")
+                cache = {"off": "off", "cold": str(cold_cache), "warm": str(warm_cache)}[state]
+                env = dict(base_env, SGLANG_SPEC_PLUGINS_CONFIG=str(check_toml), SGLANG_SPEC_PLUGINS_CACHE=cache)
+                env.pop("SGLANG_PLUGINS", None)
+                row = _run_child(env, check_toml.parent, "check")
+                shutil.rmtree(cold_cache, ignore_errors=True)
+                if rep:
+                    runs.setdefault(("check", state), []).append(row)
 
     med = lambda rows, key: statistics.median(r[key] for r in rows)  # noqa: E731
     summary = {}
-    for scenario in ("launcher", "scheduler"):
+    for scenario in LOADER_SCENARIOS if loader else ():
         ours, base = runs[(scenario, "plugins")], runs[(scenario, "sglang")]
         summary[scenario] = {
             "sglang_import_ms": round(med(base, "sglang_import_ms")),
@@ -198,22 +280,68 @@ def main() -> None:
             "patch_verdicts": ours[0]["patches"],
             "patches_installed_inside_load": ours[0]["applied_now"],
         }
-    print(f"{'scenario':<11}{'SGLang load_plugins':>21}{'with ours':>11}{'added':>8}{'our call':>10}{'plan':>7}  (ms, medians of {args.repeat})")
-    for scenario, s in summary.items():
-        print(f"{scenario:<11}{s['sglang_load_plugins_ms']:>21}{s['load_plugins_with_ours_ms']:>11}"
-              f"{s['added_by_ours_ms']:>8}{s['our_entry_point_call_ms']:>10}{s['replan_every_patch_cold_ms']:>7}")
+    for state in CACHE_STATES if check else ():
+        rows = runs[("check", state)]
+        summary[f"check_cache_{state}"] = {
+            "check_ms": round(med(rows, "check_ms"), 1), "check_ms_range": [round(min(r["check_ms"] for r in rows), 1),
+                                                                             round(max(r["check_ms"] for r in rows), 1)],
+            "resolve_ms": round(med(rows, "resolve_ms"), 1),
+        }
+    loads = [r["load_1m"] for rows in runs.values() for r in rows]
+    print(f"load average (1 min) at the children's start: {min(loads):.2f} to {max(loads):.2f}")
+    if loader:
+        print(f"{'scenario':<11}{'SGLang load_plugins':>21}{'with ours':>11}{'added':>8}{'our call':>10}{'plan':>7}  (ms, medians of {args.repeat})")
+        for scenario in LOADER_SCENARIOS:
+            s = summary[scenario]
+            print(f"{scenario:<11}{s['sglang_load_plugins_ms']:>21}{s['load_plugins_with_ours_ms']:>11}"
+                  f"{s['added_by_ours_ms']:>8}{s['our_entry_point_call_ms']:>10}{s['replan_every_patch_cold_ms']:>7}")
+    for state in CACHE_STATES if check else ():
+        s = summary[f"check_cache_{state}"]
+        print(f"start-up check, cache {state:<5} {s['check_ms']:>8} ms (range {s['check_ms_range'][0]} to "
+              f"{s['check_ms_range'][1]}), SGLang's whole speculative-argument resolution {s['resolve_ms']} ms")
     if args.out:
         import sglang
+        import torch
 
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({
             "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-                        "python": platform.python_version(), "sglang": sglang.__version__,
-                        "load_average_1m_before_after": [round(load_before, 2), round(os.getloadavg()[0], 2)]},
+            "command": " ".join([Path(sys.executable).name, *sys.argv]),
+            "machine": {"cpu": _cpu_model(), "cores": os.cpu_count(),
+                        "python": platform.python_version(), "sglang": sglang.__version__, "torch": torch.__version__,
+                        "sglang_spec_plugins": _our_version(),
+                        "uptime_before_after": [uptime_before, _uptime()],
+                        "load_average_1m_before_after": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+                        "load_average_1m_at_children": [round(min(loads), 2), round(max(loads), 2)]},
             "plugins_installed": PLUGINS, "repeat": args.repeat, "summary": summary,
             "runs": {f"{s}/{m}": rows for (s, m), rows in runs.items()},
         }, indent=1) + "\n")
+
+
+def _run_child(env, cwd, scenario, *extra) -> dict:
+    out = subprocess.run([sys.executable, __file__, "--child", scenario, *extra], env=env, cwd=cwd,
+                         capture_output=True, text=True)
+    if out.returncode:
+        raise SystemExit(f"{scenario} child failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _uptime() -> str:
+    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+
+
+def _cpu_model() -> str:
+    try:
+        return next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                    if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
+def _our_version() -> str:
+    from importlib import metadata
+
+    return metadata.version("sglang-spec-plugins")
 
 
 if __name__ == "__main__":

@@ -1,27 +1,39 @@
-"""Start plugins the way SGLang does, then show what SGLang now serves.
+"""Start plugins the way SGLang does, resolve the quick start's server flags,
+then serve a few requests with PROMPT_LOOKUP through SGLang's real scheduler.
 
-Runs SGLang's own ``load_plugins()`` (which starts our loader through the
-``sglang.srt.plugins`` entry point) with ./plugins.toml, asks SGLang's own
-width code what each registered plugin algorithm verifies, and prints
-``sglang-spec-plugins list``.
+1. SGLang's own ``load_plugins()`` (which starts our loader through the
+   ``sglang.srt.plugins`` entry point) with ./plugins.toml: PROMPT_LOOKUP,
+   widths by batch size ``{1 = 4, 8 = 2}``; the loader logs its one line.
+2. The operator quick start's flags (:data:`FLAGS`) through SGLang's own
+   ``prepare_server_args`` and speculative-argument handling, where the
+   loader's start-up check runs and logs the widths it resolved; then what
+   SGLang's width code answers, and each batch size's width.
+3. ``sglang-spec-plugins list``.
+4. Unless ``--no-serve``: three greedy requests through the release's real
+   ``Scheduler`` on this CPU (``sglang_spec_plugins.testing.scheduler_serve``:
+   a tiny random Llama, triton attention interpreted, about 30-60 s), and how
+   many tokens each verify step committed.
 """
 
+import json
 import logging
 import os
+import subprocess
 import sys
 from pathlib import Path
 
-from sglang_spec_plugins.testing.cpu import install_stand_ins, run_sglang_plugin_loading
+from sglang_spec_plugins.testing.cpu import install_stand_ins, run_sglang_plugin_loading, server_args_from_command
 
 ROOT = Path(__file__).resolve().parent.parent
+ALGORITHM, NUM_DRAFT_TOKENS = "PROMPT_LOOKUP", 4
+FLAGS = ["--speculative-algorithm", ALGORITHM, "--speculative-num-draft-tokens", str(NUM_DRAFT_TOKENS),
+         "--disable-overlap-schedule", "--attention-backend", "flashinfer"]
+"""The flags of the operator quick start's ``launch_server`` command (README)."""
 
-NUM_DRAFT_TOKENS = 16
 
-
-def main() -> int:
+def main(serve: bool) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    for noisy in ("sglang.srt.plugins",):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    logging.getLogger("sglang.srt.plugins").setLevel(logging.WARNING)
     os.environ.setdefault("SGLANG_SPEC_PLUGINS_CONFIG", str(ROOT / "plugins.toml"))
     install_stand_ins()
     run_sglang_plugin_loading()
@@ -30,17 +42,36 @@ def main() -> int:
     from sglang_spec_plugins import cli, loader
 
     report = loader.load()
-    print(f"\nSGLang {report.sglang_version}: plugin algorithms at speculative_num_draft_tokens={NUM_DRAFT_TOKENS}")
-    for name in report.registered:
-        algo = SpeculativeAlgorithm.from_string(name)
-        draft = algo.supports_target_verify_for_draft()
-        target_width = algo.get_num_tokens_per_req_for_target_verify(NUM_DRAFT_TOKENS, False)
-        draft_width = algo.get_num_tokens_per_req_for_target_verify(NUM_DRAFT_TOKENS, True) if draft else "-"
-        print(f"  {name:<14} {type(algo).__name__}: target verify width {target_width}, "
-              f"draft worker may verify: {draft} (width {draft_width})")
+    print(f"\nSGLang {report.sglang_version}, resolving: launch_server --model-path MODEL {' '.join(FLAGS)}")
+    server_args_from_command(["--model-path", "dummy", *FLAGS])  # SGLang's own argument handling: the start-up check runs
+    algo = SpeculativeAlgorithm.from_string(ALGORITHM)
+    print(f"  {ALGORITHM}: {type(algo).__name__}; SGLang sizes buffers and graphs for "
+          f"{algo.get_num_tokens_per_req_for_target_verify(NUM_DRAFT_TOKENS, False)} tokens per request; "
+          f"draft worker may verify: {algo.supports_target_verify_for_draft()}")
+    buckets = report.policies[ALGORITHM].widths_by_batch_size(NUM_DRAFT_TOKENS, False)
+    for size in (1, 4, 8, 32):
+        print(f"  a decode step of {size:>2} requests verifies {buckets.at(size)} tokens per request")
     print()
-    return cli.main(["list"])
+    code = cli.main(["list"])
+    if code or not serve:
+        return code
+    print(f"\nServing 3 greedy requests with {ALGORITHM} through SGLang's real Scheduler on this CPU ...", flush=True)
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    out = subprocess.run([sys.executable, "-m", "sglang_spec_plugins.testing.scheduler_serve", ALGORITHM, "--ndt",
+                          str(NUM_DRAFT_TOKENS), "--max-new-tokens", "16"], env=env, capture_output=True, text=True)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
+    result = json.loads(lines[-1]) if lines else {"served": False, "error": out.stderr[-3000:]}
+    if not result["served"]:
+        print(f"not served: {result['error']}")
+        return 1
+    for rid, request in result["requests"].items():
+        print(f"  {rid:<10} {request['completion_tokens']} tokens in {request['spec_verify_ct']} verify steps "
+              f"({(request["completion_tokens"] - 1) / max(request["spec_verify_ct"], 1):.1f} per step after the prefill's first token): {request['output_ids']}")
+    print(f"  [batch size, tokens per request] of each TARGET_VERIFY step: {result['verify_steps']}")
+    print(f"  (scheduler start {result['init_s']} s, serving {result['serve_s']} s; tests/on_sglang/test_scheduler_serve.py "
+          "checks these tokens equal plain greedy decoding's)")
+    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(serve="--no-serve" not in sys.argv[1:]))

@@ -9,8 +9,11 @@ reaches the same registration.
 Sequence: read plugins.toml -> discover plugins -> build one policy per
 enabled algorithm, charging every fault to its plugin -> probe SGLang ->
 plan and apply the patches and register the algorithms (all or none) ->
-log the fingerprint and agree on it with the server's other processes
-(:mod:`sglang_spec_plugins.agreement`; a difference undoes it all and stops).
+agree on the fingerprint with the server's other processes
+(:mod:`sglang_spec_plugins.agreement`; a difference undoes it all and stops)
+-> log one INFO line (:func:`_summary`). Every detail (each plugin's file,
+each patch's verdict, each registration, the agreement) goes to DEBUG, and
+``doctor`` shows them; warnings and errors stay at their levels.
 :func:`load` runs it once per process and returns the same report after.
 """
 
@@ -19,7 +22,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
-from typing import Dict, Mapping, MutableMapping, Optional, Tuple
+from typing import Dict, List, Mapping, MutableMapping, Optional, Tuple
 
 from . import __version__, agreement
 from .errors import SpecPluginError, StartupRefused
@@ -68,14 +71,15 @@ def load(environ: MutableMapping[str, str] = os.environ) -> LoadReport:
     for failure in plugin_set.failures:
         logger.warning("sglang-spec-plugins: skipped plugin %s (on_error = \"skip\"): %s", failure.plugin, failure.message)
     for note in plugin_set.notes:
-        logger.info("sglang-spec-plugins: %s", note)
+        logger.debug("sglang-spec-plugins: %s", note)
     for info in plugin_set.plugins:
-        logger.info("sglang-spec-plugins %s: loaded plugin %s from %s", __version__, info.label, info.module_file)
+        logger.debug("sglang-spec-plugins %s: loaded plugin %s from %s", __version__, info.label, info.module_file)
 
     registered: Dict[str, object] = {}
     plans: Dict[str, object] = {}
     sglang_version = None
     unserved = None
+    verdicts: List[str] = []  # one per planned patch, for the INFO line
     if policies:
         from .engine.probe import probe
         from .serving.registration import register_all
@@ -84,6 +88,7 @@ def load(environ: MutableMapping[str, str] = os.environ) -> LoadReport:
         found = probe()
         sglang_version = found.version
         plans, reasons = serving_plans(found)
+        verdicts = [str(plan.verdict) for plan in plans.values()]
         if reasons:
             unserved = "; ".join(reasons)
             plans = {}
@@ -98,20 +103,17 @@ def load(environ: MutableMapping[str, str] = os.environ) -> LoadReport:
                 raise
     try:  # from here on, any failure undoes the registration and the patches
         for name, plan in plans.items():
-            logger.info("sglang-spec-plugins: patch %s on SGLang %s: %s (%s)", name, sglang_version, plan.verdict, plan.reason)
+            logger.debug("sglang-spec-plugins: patch %s on SGLang %s: %s (%s)", name, sglang_version, plan.verdict, plan.reason)
         for name, policy in policies.items():
             if name in registered:
                 offered = plugin_set.algorithms[name]
-                logger.info(
+                logger.debug(
                     "sglang-spec-plugins: registered algorithm %s with SGLang %s (plugin %s, overlap=%s, draft-may-verify=%s)",
                     name, sglang_version, plugin_set.info(offered.plugin).label,
                     offered.spec.supports_overlap, policy.draft_may_verify(),
                 )
-        if not policies:
-            logger.info("sglang-spec-plugins %s: no plugin algorithm enabled; SGLang left unchanged", __version__)
         digest = fingerprint(plugin_set, policies, sglang_version)
-        logger.info("sglang-spec-plugins: fingerprint %s (plugins, versions, config and answers; equal in every process)", digest)
-        logger.info("sglang-spec-plugins: %s", agreement.join(digest, environ))
+        logger.debug("sglang-spec-plugins: %s", agreement.join(digest, environ))
     except BaseException:
         if plans:
             from .serving.registration import unregister
@@ -121,7 +123,29 @@ def load(environ: MutableMapping[str, str] = os.environ) -> LoadReport:
             revert_all(PATCHES)
         raise
     _report = LoadReport(plugin_set, policies, registered, sglang_version, plans, unserved, digest)
+    logger.info("%s", _summary(_report, verdicts))
     return _report
+
+
+def _summary(report: LoadReport, verdicts: List[str]) -> str:
+    """The loader's one INFO line: plugins, what was registered, the patch
+    verdicts (``verdicts``: one per planned patch) as counts, the fingerprint
+    (equal in every process of a server; the agreement is checked, a
+    difference stops the process with an error)."""
+    plugins = ", ".join(info.label for info in report.plugins.plugins) or "none"
+    head = f"sglang-spec-plugins {__version__}: plugins {plugins}"
+    if not report.policies:
+        return f"{head}; no plugin algorithm enabled, SGLang left unchanged; fingerprint {report.fingerprint}"
+    count = lambda verdict: sum(v == verdict for v in verdicts)  # noqa: E731
+    if report.registered:
+        served = (f"registered {', '.join(report.registered)} with SGLang {report.sglang_version}; patches "
+                  f"{count('apply')} applied, {count('not needed')} not needed, {count('refused')} refused")
+    else:
+        served = (f"nothing registered or patched on SGLang {report.sglang_version} (the error above says why; patches "
+                  f"{count('apply')} would apply, {count('not needed')} not needed, {count('refused')} refused)")
+    notes = f"; {len(report.plugins.notes)} plugins.toml note(s) at DEBUG" if report.plugins.notes else ""
+    return (f"{head}; {served}{notes}; fingerprint {report.fingerprint} "
+            "(each detail at DEBUG and in `sglang-spec-plugins doctor`)")
 
 
 def resolve(environ: Mapping[str, str] = os.environ) -> Tuple[PluginSet, Dict[str, VerifyPolicy]]:

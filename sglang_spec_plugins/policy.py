@@ -99,7 +99,7 @@ class VerifyPolicy:
             width = buckets.maximum
         self._agree(call, call, width)
         self._widths[(num_draft_tokens, is_draft_worker)] = width
-        logger.info("sglang-spec-plugins: algorithm %s (plugin %s): %s = %d", self.algorithm, self.plugin,
+        logger.debug("sglang-spec-plugins: algorithm %s (plugin %s): %s = %d", self.algorithm, self.plugin,
                     call if buckets is None else f"the largest width by batch size at {call}", width)
         return width
 
@@ -135,7 +135,7 @@ class VerifyPolicy:
         self._agree(hook, self.widths_by_batch_size_source(ndt, is_draft_worker),
                     None if buckets is None else buckets.as_plain())
         if buckets is not None:
-            logger.info("sglang-spec-plugins: algorithm %s (plugin %s): widths by batch size at "
+            logger.debug("sglang-spec-plugins: algorithm %s (plugin %s): widths by batch size at "
                         "num_draft_tokens=%d, is_draft_worker=%s: %s", self.algorithm, self.plugin, ndt,
                         bool(is_draft_worker), buckets)
         self._buckets[key] = buckets

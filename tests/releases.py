@@ -162,7 +162,7 @@ widths 2, 4, 6 (below, equal to, above ndt) of each shape, from one process on t
 @functools.lru_cache(maxsize=None)
 def probe_release(release: str) -> dict:
     env = environ_for(release)
-    env["SGLANG_SPEC_PLUGINS_CONFIG"] = str(ROOT / "plugins.toml")
+    env["SGLANG_SPEC_PLUGINS_CONFIG"] = str(ROOT / "tests" / "examples.toml")
     out = subprocess.run([sys.executable, "-c", _PROBE], cwd=ROOT, env=env, capture_output=True, text=True)
     if out.returncode:
         raise RuntimeError(f"probing SGLang {release} failed:\n{out.stderr[-3000:]}")

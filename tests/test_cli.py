@@ -14,6 +14,8 @@ from packaging.version import Version
 from dists import make_dist, simple_plugin
 
 ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "tests" / "examples.toml"
+"""The two shape examples (SBD, DFLASH_BLOCK); ROOT / "plugins.toml" is the quick start's."""
 EXE = Path(sys.executable).with_name("sglang-spec-plugins")
 
 
@@ -24,7 +26,7 @@ def run(*args, env=None, cwd=None):
 @pytest.fixture
 def env(tmp_path):
     environ = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_SPEC_PLUGINS")}
-    environ["SGLANG_SPEC_PLUGINS_CONFIG"] = str(ROOT / "plugins.toml")
+    environ["SGLANG_SPEC_PLUGINS_CONFIG"] = str(EXAMPLES)
     return environ
 
 
@@ -33,7 +35,7 @@ def test_list_json_shows_example_hooks_with_distribution_and_version(env):
     out = run("list", "--json", env=env)
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
-    assert data["config"] == str(ROOT / "plugins.toml")
+    assert data["config"] == str(EXAMPLES)
     widths = {i["plugin"]: i for i in data["hooks"]["sgl_spec_verify_width"]}
     assert widths["sbd"]["distribution"] == "sglang-spec-example-sbd" and widths["sbd"]["version"] == "0.1.0"
     assert widths["sbd"]["module_file"].endswith("sbd_drafter/plugin.py")
@@ -54,7 +56,7 @@ def test_list_text(env):
 
 @pytest.mark.sglang
 def test_check_good_file_resolves_widths(env):
-    out = run("check", str(ROOT / "plugins.toml"), "-n", "16", "--disable-overlap-schedule", "--json", env=env)
+    out = run("check", str(EXAMPLES), "-n", "16", "--disable-overlap-schedule", "--json", env=env)
     data = json.loads(out.stdout)
     assert out.returncode == 0, data["problems"]
     assert data["ok"] is True
@@ -89,7 +91,7 @@ def test_check_reports_bad_widths(env, tmp_path):
 @pytest.mark.sglang
 def test_check_predicts_sglangs_refusals(env, tmp_path):
     """The release's overlap rule and the algorithm's own validator, as SGLang applies them."""
-    out = run("check", str(ROOT / "plugins.toml"), "-n", "8", "--json", env=env)
+    out = run("check", str(EXAMPLES), "-n", "8", "--json", env=env)
     problems = json.loads(out.stdout)["problems"]
     assert out.returncode == 1
     assert any("algorithm DFLASH_BLOCK: validate_server_args refused --speculative-num-draft-tokens 8: "
@@ -99,7 +101,7 @@ def test_check_predicts_sglangs_refusals(env, tmp_path):
 @pytest.mark.sglang
 def test_check_says_which_attention_backend_refuses_the_width(env):
     """SBD verifies 8 tokens at ndt 16: FA3 lays the target worker out at ndt."""
-    out = run("check", str(ROOT / "plugins.toml"), "-n", "16", "--disable-overlap-schedule", "--attention-backend", "fa3", "--json", env=env)
+    out = run("check", str(EXAMPLES), "-n", "16", "--disable-overlap-schedule", "--attention-backend", "fa3", "--json", env=env)
     data = json.loads(out.stdout)
     assert out.returncode == 1
     sbd, block = data["sglang"]["backends"]["SBD"]["16"], data["sglang"]["backends"]["DFLASH_BLOCK"]["16"]
@@ -160,16 +162,19 @@ CPU_HARNESS = ("CPU harness: torch {torch} has no GPU, so SGLang was imported wi
 
 @pytest.mark.sglang
 def test_check_in_the_quickstart_venv_gives_sglang_verdicts(env):
-    """What a newcomer runs after examples/quickstart.sh: plain `check`, fresh-process comparison included,
-    SGLang's verdicts read on the CPU harness, and the output says so."""
+    """What a newcomer runs after examples/quickstart.sh, in the repository root: plain `check` of the
+    bundled plugins.toml, fresh-process comparison included, SGLang's verdicts read on the CPU harness,
+    and the output says so."""
     import torch
     from importlib import metadata
 
-    out = run("check", "-n", "16", "--disable-overlap-schedule", env=env)
+    env.pop("SGLANG_SPEC_PLUGINS_CONFIG")
+    out = run("check", "-n", "4", "--disable-overlap-schedule", env=env, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert CPU_HARNESS.format(torch=torch.__version__) in out.stdout
     assert f"SGLang: {metadata.version('sglang')}: can serve plugin algorithms" in out.stdout
-    assert "SBD at ndt=16, target worker, fa3: refused" in out.stdout
+    assert "ndt=4: target 4, max 4, target widths by batch size {1 = 4, 8 = 2}" in out.stdout
+    assert "PROMPT_LOOKUP at ndt=4, target worker, fa3: refused" in out.stdout  # why the quick start names flashinfer
     assert out.stdout.rstrip().endswith("ok")
 
 
@@ -178,13 +183,14 @@ def test_doctor_in_the_quickstart_venv(env):
     import torch
     from importlib import metadata
 
-    out = run("doctor", "--json", env=env)
+    env.pop("SGLANG_SPEC_PLUGINS_CONFIG")
+    out = run("doctor", "--json", env=env, cwd=ROOT)
     data = json.loads(out.stdout)
     assert out.returncode == 0, data
     assert data["sglang"]["version"] == metadata.version("sglang")
     assert data["sglang"]["cpu_harness"] == CPU_HARNESS.format(torch=torch.__version__)
     assert data["sglang"]["algorithm_registry"] is True and data["sglang"]["plugin_framework"] is True
-    assert data["would_register"] == ["DFLASH_BLOCK", "SBD"]
+    assert data["would_register"] == ["PROMPT_LOOKUP"]
 
 
 @pytest.mark.sglang

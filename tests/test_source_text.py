@@ -1,6 +1,7 @@
 """engine.source_text cuts a method out of a file's text; it must give what
 inspect.getblock gives, including where a cheap cut would be wrong."""
 
+import ast
 import inspect
 import textwrap
 
@@ -114,3 +115,76 @@ def test_function_source_matches_inspect(tmp_path, monkeypatch):
     assert function_source(vars(module.Backend)["plain"]) is not None
     assert function_source(module.Decorated.g) is None  # decorated: starts at the decorator, left to inspect
     assert function_source(module.f) is None  # not a method
+
+
+PRUNED = '''
+import x
+
+LIMIT = 3
+
+
+def names_it(draft_worker):
+    return draft_worker.a
+
+
+def does_not():
+    return 1
+
+
+class Holder:
+    """Doc."""
+
+    field = 1
+
+    def reads(self):
+        def inner():
+            return self.draft_worker.b
+        return inner
+
+    @property
+    def other(self):
+        return 2
+
+    def text(self):
+        s = """
+draft_worker in a string at column 0
+"""
+        return s
+'''
+
+
+def _functions(tree):
+    return [(n.name, n.lineno, n.end_lineno, ast.dump(n)) for n in ast.walk(tree)
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+
+
+def test_pruned_module_keeps_the_functions_that_name_it_at_their_lines(tmp_path):
+    import re
+
+    from sglang_spec_plugins.engine.source_text import pruned_module
+
+    path = tmp_path / "m.py"
+    path.write_text(PRUNED.replace('        s = """\ndraft_worker in a string at column 0\n"""\n', "        s = ''\n"))
+    full = {name: rest for name, *rest in _functions(ast.parse(path.read_text()))}
+    pruned = pruned_module(path, re.compile(r"\bdraft_worker\b"))
+    assert [n.name for n in pruned.body] == ["names_it", "Holder"]
+    assert [n.name for n in pruned.body[1].body] == ["reads"]
+    assert {name: rest for name, *rest in _functions(pruned)} == {k: full[k] for k in ("names_it", "reads", "inner")}
+
+
+def test_pruned_module_parses_the_whole_file_where_a_cut_cannot_be_trusted(tmp_path):
+    import re
+
+    from sglang_spec_plugins.engine.source_text import pruned_module
+
+    cases = {
+        "a column-0 line of a string": PRUNED,
+        "a class-level name": PRUNED.replace("    field = 1", "    draft_worker: int = 1"),
+        "a module-level name": PRUNED.replace("LIMIT = 3", "LIMIT = draft_worker"),
+        "a decorator": PRUNED.replace("    @property", "    @draft_worker.setter"),
+        "a function under an if": PRUNED.replace("def does_not():\n    return 1", "if x:\n    def f():\n        return draft_worker"),
+    }
+    for name, source in cases.items():
+        path = tmp_path / f"{len(name)}.py"
+        path.write_text(source)
+        assert ast.dump(pruned_module(path, re.compile(r"\bdraft_worker\b"))) == ast.dump(ast.parse(source)), name

@@ -18,7 +18,7 @@ PRELUDE = "from sglang_spec_plugins.testing.cpu import install_stand_ins; instal
 
 def run_on(release, code):
     env = releases.environ_for(release)
-    env["SGLANG_SPEC_PLUGINS_CONFIG"] = str(ROOT / "plugins.toml")
+    env["SGLANG_SPEC_PLUGINS_CONFIG"] = str(ROOT / "tests" / "examples.toml")
     env.pop("SGLANG_SPEC_PLUGINS", None)
     return subprocess.run([sys.executable, "-c", PRELUDE + code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 

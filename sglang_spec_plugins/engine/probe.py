@@ -17,7 +17,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import FrozenSet, Optional, Tuple
 
-from .source_text import method_in_file
+from .source_text import method_in_file, note
 
 WIDTH_HOOK_NAMES = (
     "get_num_tokens_per_bs_for_target_verify",
@@ -132,6 +132,7 @@ def source_file(module_name: str) -> Optional[Path]:
     parts = module_name.split(".")[1:]
     for base in root.submodule_search_locations or ():
         path = Path(base, *parts).with_suffix(".py")
+        note(path)
         if path.is_file():
             return path
     return None

@@ -15,28 +15,64 @@ with ``ast.parse`` and, if the cut was wrong, found by ``inspect.getblock``.
 The class body ends at its first line at column 0 that is not a comment or a
 closing bracket, as before this module: a method defined after such a line (a
 column-0 line of a multi-line string) is not found, and its patch refuses.
+
+:func:`pruned_module` uses the same cuts to parse only the functions of a file
+that can hold a name (reading what SGLang does with a speculative worker
+parses a dozen of the 6,400-line scheduler's functions, not the file).
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
 import inspect
 import re
 import textwrap
+from bisect import bisect_right
 from pathlib import Path
-from typing import Optional, Tuple
+from typing import Iterator, List, Optional, Pattern, Set, Tuple
 
 _LEAVES_CLASS = re.compile(r"\n[^\s#)]")  # a top-level line: the class body ended before it
 _CODE_LINE = re.compile(r"\n([ \t]*)[^\s#)\]}]")  # a line that can end a block (not blank, comment, closer)
 
 
-@functools.lru_cache(maxsize=None)
+_recorders: List[Set[str]] = []
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[Set[str]]:
+    """The paths of the SGLang files read (through this module, cached or
+    not) or looked for (:func:`note`) inside the block, for keys of what
+    depends on them (:func:`.source_cache.cached_reading`)."""
+    paths: Set[str] = set()
+    _recorders.append(paths)
+    try:
+        yield paths
+    finally:
+        _recorders.remove(paths)
+
+
+def note(path: Path) -> None:
+    """Count ``path`` as read by every :func:`recording` block open now (a
+    file looked for counts whether it exists or not: its absence is read too)."""
+    for paths in _recorders:
+        paths.add(str(path))
+
+
 def _text(path: Path) -> str:
+    note(path)
+    return _read(path)
+
+
+@functools.lru_cache(maxsize=None)
+def _read(path: Path) -> str:
     return "\n" + path.read_text(encoding="utf-8")
 
 
 _TOP_LEVEL_CODE = re.compile(r"\n[^\s#)\]}]")  # a column-0 line that is not a comment or a closing bracket
+_DEF = re.compile(r"\n([ \t]*)(?:async[ \t]+)?def[ \t]")
+_CLASS = re.compile(r"class[ \t]+(\w+)")
 
 
 def function_in_file(path: Path, name: str) -> Optional[str]:
@@ -127,3 +163,75 @@ def _dedent(lines, indent: int) -> str:
     if all(line.startswith(prefix) or not line.strip() for line in lines):
         return "".join(line[indent:] if line.strip() else line.lstrip(" \t") for line in lines)
     return textwrap.dedent("".join(lines))
+
+
+Block = Tuple[int, int, int, Optional[str]]
+"""(offset of the ``\\n`` before its ``def``, offset where it ends, indentation, class or None)."""
+
+
+@functools.lru_cache(maxsize=None)
+def pruned_module(path: Path, pattern: Pattern[str]) -> ast.Module:
+    """The syntax tree of the file at ``path`` with only the functions that can
+    hold a match of ``pattern``: each column-0 function and each method
+    defined directly in a column-0 class whose text matches, parsed on its own
+    at its own line numbers (methods inside a ``ClassDef`` of their class's
+    name, with no other members, decorators or bases). An analysis that only
+    looks inside functions naming something finds in it what it finds in the
+    whole tree, in the same breadth-first order. A match outside those
+    functions (module or class level, a decorator, a function under an
+    ``if``), or a cut that does not parse as one function, gives the whole
+    file's tree instead (cached per process)."""
+    text = _text(path)
+    hits = [m.start() for m in pattern.finditer(text)]
+    blocks = _blocks(text)
+    starts = [block[0] for block in blocks]
+    kept: dict = {}
+    for hit in hits:
+        at = bisect_right(starts, hit) - 1
+        if at < 0 or hit >= blocks[at][1]:
+            return ast.parse(text[1:])  # a match no cut function holds (text[0] is the added newline)
+        kept[at] = blocks[at]
+    body: List[ast.stmt] = []
+    for start, end, indent, owner in (kept[at] for at in sorted(kept)):
+        lines = text[start + 1:end].splitlines(keepends=True)
+        try:
+            tree = ast.parse(_dedent(lines, indent) if indent else "".join(lines))
+        except SyntaxError:
+            return ast.parse(text[1:])
+        if len(tree.body) != 1 or not isinstance(tree.body[0], (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return ast.parse(text[1:])
+        func = ast.increment_lineno(tree.body[0], text.count("\n", 0, start + 1) - 1)
+        if owner is None:
+            body.append(func)
+        elif body and isinstance(body[-1], ast.ClassDef) and body[-1].name == owner:
+            body[-1].body.append(func)
+        else:
+            body.append(ast.ClassDef(name=owner, bases=[], keywords=[], body=[func], decorator_list=[],
+                                     lineno=func.lineno, col_offset=0))
+    return ast.Module(body=body, type_ignores=[])
+
+
+def _blocks(text: str) -> List[Block]:
+    """Every column-0 ``def`` and every ``def`` at the body indentation of a
+    column-0 class, in file order; a ``def`` runs to the next line that can
+    end it (see the module doc)."""
+    tops = [m.start() for m in _TOP_LEVEL_CODE.finditer(text)] + [len(text)]
+    found: List[Block] = []
+    for start, stop in zip(tops, tops[1:]):
+        line = text[start + 1:start + 200]
+        if line.startswith(("def ", "def\t", "async ")):
+            if _DEF.match(text, start):
+                found.append((start, stop, 0, None))
+            continue
+        named = _CLASS.match(line)
+        body = _CODE_LINE.search(text, text.find("\n", start + 1), stop) if named else None
+        if body is None:
+            continue
+        indent = len(body.group(1))
+        for define in _DEF.finditer(text, start + 1, stop):
+            if len(define.group(1)) != indent:
+                continue
+            end = next((m.start() for m in _CODE_LINE.finditer(text, text.find("\n", define.start() + 1), stop)
+                        if len(m.group(1)) <= indent), stop)
+            found.append((define.start(), end, indent, named.group(1)))
+    return found

@@ -36,14 +36,20 @@ Facts probed, each from the file SGLang runs:
 from __future__ import annotations
 
 import ast
+import dataclasses
 import functools
 import inspect
+import re
+import sys
 import textwrap
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Iterable, List, Optional, Tuple
 
 from ..errors import show
 from .probe import installed_version, method_source, source_file
+from .source_cache import cached
+from .source_text import pruned_module
 from .worker_reads import WorkerRead, parsed, worker_reads
 
 SCHEDULER = "sglang.srt.managers.scheduler"
@@ -231,11 +237,35 @@ def _init_assignments(worker_cls: type) -> dict:
 
 @functools.lru_cache(maxsize=None)
 def contract() -> WorkerContract:
-    """The installed release's contract, read off its source (cached per process)."""
+    """The installed release's contract, read off its source (cached per
+    process, and between processes by :mod:`.source_cache`, keyed by the
+    content of ``sglang/srt``)."""
     release = installed_version()
-    scheduler = _parse(SCHEDULER)
+    scheduler = source_file(SCHEDULER)
     if release is None or scheduler is None:
         return WorkerContract(release=release)
+    from . import probe, source_text, worker_reads as reads
+
+    return cached("worker-contract", scheduler.parents[1], (sys.modules[__name__], reads, probe, source_text),
+                  lambda: _read_contract(release, scheduler), _encode, lambda data: _decode(data, release))
+
+
+def _encode(found: WorkerContract) -> dict:
+    """A contract as JSON data, without its release (read from the metadata in each process)."""
+    data = dataclasses.asdict(found)
+    del data["release"]
+    return data
+
+
+def _decode(data: dict, release: str) -> WorkerContract:
+    """The contract :func:`_encode` gave ``data`` for, at ``release``."""
+    reads = tuple(WorkerRead(**{**read, "checked": tuple(read["checked"])}) for read in data["worker_reads"])
+    fields = {name: tuple(value) if isinstance(value, list) else value for name, value in data.items()}
+    return WorkerContract(release=release, **{**fields, "worker_reads": reads})
+
+
+def _read_contract(release: str, scheduler: Path) -> WorkerContract:
+    """The contract, read off the source files of the release whose scheduler is the file at ``scheduler``."""
     base = _top_class(_parse(BASE_MODULE), BASE_NAME)
     base_members = _class_members(base) if base is not None else set()
     create_worker = method_source(REGISTRY, "CustomSpecAlgo.create_worker")
@@ -249,7 +279,7 @@ def contract() -> WorkerContract:
         forward_keywords=tuple(sorted(_forward_keywords())),
         overlap_refused=create_worker is not None and _refuses_without_overlap(ast.parse(create_worker)),
         non_overlap_schema="v1" if spec_v2 is not None and "supports_overlap" in spec_v2 else "v2-sync",
-        worker_reads=worker_reads(source_file(SCHEDULER).parents[1]),
+        worker_reads=worker_reads(scheduler.parents[1]),
     )
 
 
@@ -295,9 +325,16 @@ def _calls(node: ast.AST, attr: str) -> Iterable[ast.Call]:
     )
 
 
-def _constructor_kwargs(scheduler: ast.Module) -> Tuple[str, ...]:
-    """Keywords of the call on what ``create_worker`` returned, in the function that calls it."""
-    for func in _functions(scheduler):
+def _naming(path: Path, name: str) -> ast.Module:
+    """The file's tree with the functions that name ``name`` (an attribute, a
+    method), the only ones that can read or call it (:func:`.pruned_module`)."""
+    return pruned_module(path, re.compile(rf"\b{re.escape(name)}\b"))
+
+
+def _constructor_kwargs(scheduler: Path) -> Tuple[str, ...]:
+    """Keywords of the call on what ``create_worker`` returned, in the function of
+    the file at ``scheduler`` that calls it."""
+    for func in _functions(_naming(scheduler, "create_worker")):
         for call in _calls(func, "create_worker"):
             assigned = next(
                 (a.targets[0].id for a in ast.walk(func)
@@ -350,20 +387,26 @@ def _speculative_branch(value: ast.expr) -> ast.expr:
     return value.body if not (isinstance(value.body, ast.Dict) and not value.body.keys) else value.orelse
 
 
-@functools.lru_cache(maxsize=None)
-def _scheduler_modules() -> Tuple[ast.Module, ...]:
-    """The scheduler and every module of its package (its mixins live there)."""
+def _scheduler_modules(naming: str) -> Tuple[Path, ...]:
+    """The files of the scheduler's package (its mixins live there) whose
+    text holds ``naming`` (a file without the name cannot read it)."""
     path = source_file(SCHEDULER)
     if path is None:
         return ()
-    return tuple(parsed(p) for p in sorted(path.parent.rglob("*.py")))
+    return tuple(p for p in sorted(path.parent.rglob("*.py")) if naming in p.read_text(encoding="utf-8"))
+
+
+def _is_self_member(node: ast.expr, name: str) -> bool:
+    """Whether ``node`` is ``self.<name>``."""
+    return (isinstance(node, ast.Attribute) and node.attr == name
+            and isinstance(node.value, ast.Name) and node.value.id == "self")
 
 
 def _draft_worker_reads() -> set:
     found = set()
-    for tree in _scheduler_modules():
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Attribute) and ast.unparse(node.value) == "self.draft_worker":
+    for path in _scheduler_modules("draft_worker"):
+        for node in ast.walk(_naming(path, "draft_worker")):
+            if isinstance(node, ast.Attribute) and _is_self_member(node.value, "draft_worker"):
                 found.add(node.attr)
     return found
 
@@ -372,10 +415,10 @@ def _forward_keywords() -> set:
     """Keywords passed to ``self.model_worker.forward_batch_generation`` (the
     speculative worker when one is configured) anywhere in the scheduler package."""
     found = set()
-    for tree in _scheduler_modules():
-        for func in _functions(tree):
+    for path in _scheduler_modules(FORWARD):
+        for func in _functions(_naming(path, FORWARD)):
             for call in _calls(func, FORWARD):
-                if ast.unparse(call.func.value) == "self.model_worker":
+                if _is_self_member(call.func.value, "model_worker"):
                     found.update(_keywords(func, call))
     return found
 

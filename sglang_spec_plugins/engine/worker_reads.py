@@ -28,6 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Tuple
 
+from .source_cache import python_files
+from .source_text import pruned_module
+
 ROOTS = ("self.draft_worker", "self.scheduler.draft_worker", "scheduler.draft_worker",
          "self.model_worker", "self.scheduler.model_worker")
 """Expressions that are the speculative worker (``model_worker`` is it
@@ -38,7 +41,9 @@ PARAMETERS = ("draft_worker", "spec_worker")
 """Parameter names SGLang's helpers take the speculative worker under."""
 
 NAMES = re.compile(r"\b(?:draft_worker|spec_worker|model_worker)\b")
-"""A file that may hold a read (``is_draft_worker`` does not match)."""
+"""What a read starts from (``is_draft_worker`` does not match): a file and a function without it hold none."""
+
+_NAMES_IN_BYTES = re.compile(NAMES.pattern.encode())
 
 BASE_FILE = "speculative/base_spec_worker.py"
 BASE_CLASS = "BaseSpecWorker"
@@ -80,13 +85,13 @@ class WorkerRead:
 def worker_reads(srt: Path) -> Tuple[WorkerRead, ...]:
     """The reads in the release whose ``sglang/srt`` folder is ``srt``, sorted by path and place."""
     found: List[WorkerRead] = []
-    for path in sorted(srt.rglob("*.py")):
-        rel = path.relative_to(srt).as_posix()
+    for rel, path, _, _ in python_files(srt):
         if rel.startswith("speculative/") and rel != BASE_FILE:
             continue
-        text = path.read_text(encoding="utf-8")
-        if any(name in text for name in PARAMETERS + ("model_worker",)) and NAMES.search(text):
-            _Reader(rel, found).visit(parsed(path))
+        with open(path, "rb") as file:  # searched undecoded: most files are not read further
+            data = file.read()
+        if any(name.encode() in data for name in PARAMETERS + ("model_worker",)) and _NAMES_IN_BYTES.search(data):
+            _Reader(rel, found).visit(pruned_module(Path(path), NAMES))
     return tuple(sorted(set(found), key=lambda r: (r.path, r.file, r.line)))
 
 

@@ -6,6 +6,7 @@ apply/revert, all-or-nothing), :mod:`.source_edit` the line edits it makes.
 """
 
 from . import aiter, backend_gate, capture_input, fa3, runners, triton, trtllm_mha, verify_batch, widths_by_batch_size
+from .plan_cache import planned
 from .unit import Plan, Verdict, apply_all, plan_all, revert_all
 
 PATCHES = (runners.PATCHES + capture_input.PATCHES + trtllm_mha.PATCHES + aiter.PATCHES + fa3.PATCHES
@@ -16,11 +17,12 @@ def serving_plans(found) -> tuple:
     """``(plans, reasons)`` for the SGLang ``found`` describes (an
     :class:`~sglang_spec_plugins.engine.probe.EngineProbe`): every patch's plan,
     and why plugin algorithms cannot be served there (the probe's problems,
-    else each refused plan); ``reasons`` empty means they can."""
+    else each refused plan); ``reasons`` empty means they can. The plans may
+    come from an earlier process (:mod:`.plan_cache`)."""
     reasons = [*found.problems()]
     if reasons:
         return {}, reasons
-    plans = plan_all(PATCHES, found.version)
+    plans = planned(PATCHES, found.version)
     return plans, [f"patch {name}: {plan.reason}" for name, plan in plans.items() if plan.verdict == Verdict.REFUSED]
 
 

@@ -15,7 +15,8 @@ comes later and is never called on 0.5.12-0.5.13.)
 
 The loader registers :func:`validator` there for every plugin algorithm: it
 runs the plugin's own validator and then :func:`faults`, and stops SGLang
-with a :class:`PluginError` naming plugin, distribution, algorithm and hook.
+with a :class:`PluginError` naming plugin, distribution, algorithm and hook,
+or logs one INFO line with the widths it resolved (:func:`widths_line`).
 ``check`` asks the same :func:`faults` (:mod:`.prediction`), so what
 ``check`` finds the server finds before the weights load.
 """
@@ -25,7 +26,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, List, Mapping, Optional
 
-from ..engine.facts import DRAFT, dp_attention, verify_backends
+from ..engine.facts import DRAFT, TARGET, dp_attention, verify_backends
 from ..errors import ConfigError, PluginError, PluginInterrupted, StartupRefused, show
 from ..plugins import OfferedAlgorithm
 from ..policy import VerifyPolicy
@@ -161,6 +162,8 @@ def validator(offered: OfferedAlgorithm, policy: VerifyPolicy, version: str) -> 
     (:class:`~..errors.StartupRefused`, status 130) after logging which code
     it interrupted."""
 
+    announced = set()  # SGLang may resolve the arguments more than once: one line per ndt
+
     def validate_server_args(server_args: Any) -> None:
         ndt = getattr(server_args, "speculative_num_draft_tokens", None)
         try:
@@ -180,5 +183,21 @@ def validator(offered: OfferedAlgorithm, policy: VerifyPolicy, version: str) -> 
             raise ConfigError([problem + BEFORE_WEIGHTS for problem in exc.problems]) from exc
         if found:
             raise policy.fault("; ".join(found) + BEFORE_WEIGHTS)
+        if ndt not in announced:
+            announced.add(ndt)
+            logger.info("%s", widths_line(offered, policy, ndt))
 
     return validate_server_args
+
+
+def widths_line(offered: OfferedAlgorithm, policy: VerifyPolicy, ndt: Optional[int]) -> str:
+    """The INFO line of a passed start-up check: the widths each worker verifies at ``ndt``."""
+    widths = []
+    for draft in verifying_workers(policy, ndt):
+        buckets = policy.widths_by_batch_size(ndt, draft)
+        widths.append(f"the {DRAFT if draft else TARGET} verifies "
+                      + (f"widths by batch size {buckets}" if buckets is not None else f"width {policy.width(ndt, draft)}"))
+    if ndt is not None and not policy.draft_may_verify():
+        widths.append(f"the {DRAFT} does not verify")
+    return (f"sglang-spec-plugins: start-up check passed for {offered.name} (plugin {offered.plugin}) at "
+            f"--speculative-num-draft-tokens {ndt}: {'; '.join(widths) or 'no width resolved'}")

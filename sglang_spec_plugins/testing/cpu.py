@@ -60,3 +60,26 @@ def reset_plugin_state() -> None:
 def run_sglang_plugin_loading() -> None:
     """Start plugins exactly as SGLang does in each of its processes."""
     importlib.import_module("sglang.srt.plugins").load_plugins()
+
+
+def resolve_speculative(server_args):
+    """``server_args`` (SGLang's own ``ServerArgs``) passed through the release's
+    own speculative-argument handling, where SGLang calls the algorithm's
+    ``validate_server_args`` (the loader's start-up check):
+    ``arg_groups/speculative_hook.handle_speculative_decoding`` on 0.5.13+,
+    ``ServerArgs._handle_speculative_decoding`` on 0.5.12.x (whose
+    ``__post_init__`` has run it already). What a server does with its flags
+    before anything a CPU cannot do (the model's config, the devices)."""
+    try:
+        handler = importlib.import_module("sglang.srt.arg_groups.speculative_hook").handle_speculative_decoding
+    except ModuleNotFoundError:
+        handler = type(server_args)._handle_speculative_decoding
+    handler(server_args)
+    return server_args
+
+
+def server_args_from_command(argv):
+    """The ``ServerArgs`` SGLang's own ``prepare_server_args`` makes of a
+    ``launch_server`` command line (``argv`` without the program), through
+    :func:`resolve_speculative`."""
+    return resolve_speculative(importlib.import_module("sglang.srt.server_args").prepare_server_args(list(argv)))

@@ -59,20 +59,11 @@ def serve(algorithm: Optional[str], ndt: int = 4, max_new_tokens: Union[int, Seq
         raise ValueError(f"max_new_tokens: one for every request or {len(PROMPTS)}, got {max_new_tokens!r}")
     import zmq
 
-    sockets = {}
-
-    def bind(port_args):  # what the tokenizer manager and the detokenizer bind
-        from sglang.srt.utils.network import get_zmq_socket  # after make_scheduler's stand-ins
-
-        context = zmq.Context(2)
-        sockets["to_scheduler"] = get_zmq_socket(context, zmq.PUSH, port_args.scheduler_input_ipc_name, True)
-        # skip_tokenizer_init: the scheduler sends its outputs straight to the tokenizer manager
-        sockets["from_scheduler"] = get_zmq_socket(context, zmq.PULL, port_args.tokenizer_ipc_name, True)
-
+    sockets: Dict[str, Any] = {}
     began = time.monotonic()
     try:
-        scheduler = make_scheduler(algorithm, ndt=ndt, before_init=bind, attention_backend="triton",
-                                   dtype="float32", disable_radix_cache=True)
+        scheduler = make_scheduler(algorithm, ndt=ndt, before_init=lambda port_args: bind(port_args, sockets),
+                                   attention_backend="triton", dtype="float32", disable_radix_cache=True)
     except Exception as exc:
         return {"served": False, "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()[-3000:]}
     started = time.monotonic()
@@ -117,6 +108,18 @@ def serve(algorithm: Optional[str], ndt: int = 4, max_new_tokens: Union[int, Seq
             "serve_s": round(time.monotonic() - started, 1)}
 
 
+def bind(port_args, sockets: Dict[str, Any]) -> None:
+    """Bind, into ``sockets``, what the tokenizer manager binds: ``to_scheduler``
+    (requests) and ``from_scheduler`` (with ``skip_tokenizer_init`` there is no
+    detokenizer: the scheduler sends its outputs straight there)."""
+    import zmq
+    from sglang.srt.utils.network import get_zmq_socket  # after make_scheduler's stand-ins
+
+    context = zmq.Context(2)
+    sockets["to_scheduler"] = get_zmq_socket(context, zmq.PUSH, port_args.scheduler_input_ipc_name, True)
+    sockets["from_scheduler"] = get_zmq_socket(context, zmq.PULL, port_args.tokenizer_ipc_name, True)
+
+
 def _record_verify_steps(model_runner) -> List[List[int]]:
     """A list that gets ``[batch size, tokens per request]`` of every
     TARGET_VERIFY ``ForwardBatch`` ``model_runner.forward`` runs from now on."""
@@ -148,16 +151,17 @@ def _record_chosen_widths() -> List[List[int]]:
     return chosen
 
 
-def _request(rid: str, tokens: List[int], max_new_tokens: int):
-    """The ``TokenizedGenerateReqInput`` the tokenizer manager sends for a greedy
-    request of token ids (fields by the installed release's signature)."""
+def _request(rid: str, tokens: List[int], max_new_tokens: int, temperature: float = 0.0, return_logprob: bool = False,
+             stream: bool = False):
+    """The ``TokenizedGenerateReqInput`` the tokenizer manager sends for a
+    request of token ids, EOS ignored (fields by the installed release's signature)."""
     from sglang.srt.managers.io_struct import TokenizedGenerateReqInput
     from sglang.srt.sampling.sampling_params import SamplingParams
 
-    params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, ignore_eos=True)
+    params = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, ignore_eos=True)
     params.normalize(None)
-    values = dict(rid=rid, input_text=None, input_ids=list(tokens), sampling_params=params, return_logprob=False,
-                  logprob_start_len=-1, top_logprobs_num=0, token_ids_logprob=None, stream=False)
+    values = dict(rid=rid, input_text=None, input_ids=list(tokens), sampling_params=params, return_logprob=return_logprob,
+                  logprob_start_len=-1, top_logprobs_num=0, token_ids_logprob=None, stream=stream)
     parameters = inspect.signature(TokenizedGenerateReqInput).parameters
     if "array" in str(parameters["input_ids"].annotation):  # 0.5.2x: token ids travel as array("q")
         values["input_ids"] = array("q", tokens)

@@ -215,13 +215,13 @@ def test_skip_drops_both_claimants_of_one_name(case_env):
 
 
 def test_narrowing_leaves_tables_of_left_out_plugins_inert(case_env, monkeypatch):
-    """The bundled plugins.toml with SGLANG_SPEC_PLUGINS narrowing, or a disable entry."""
-    case_env(Case("narrow", "", (ROOT / "plugins.toml").read_text()))
+    """The examples' plugins.toml (tests/examples.toml) with SGLANG_SPEC_PLUGINS narrowing, or a disable entry."""
+    case_env(Case("narrow", "", (ROOT / "tests" / "examples.toml").read_text()))
     monkeypatch.setenv("SGLANG_SPEC_PLUGINS", "dflash_block")
     run_sglang_plugin_loading()
     assert plugin_algorithms() == ["DFLASH_BLOCK"]
     reset_plugin_state()
     monkeypatch.delenv("SGLANG_SPEC_PLUGINS")
-    case_env(Case("disable", "", (ROOT / "plugins.toml").read_text().replace("disable = []", 'disable = ["sbd"]').replace('enable = ["sbd", "dflash_block"]', "")))
+    case_env(Case("disable", "", (ROOT / "tests" / "examples.toml").read_text().replace("disable = []", 'disable = ["sbd"]').replace('enable = ["sbd", "dflash_block"]', "")))
     run_sglang_plugin_loading()
     assert "DFLASH_BLOCK" in plugin_algorithms() and "SBD" not in plugin_algorithms()  # every other installed plugin loads

@@ -198,3 +198,24 @@ def test_sglang_s_own_draft_kv_pool_lookup_finds_none_on_a_worker_base_worker(sb
     else:
         pytest.skip(f"SGLang {RELEASE} reads the draft KV pool off draft_worker.draft_runners (none here), not draft_runner")
     assert (pool[0] if isinstance(pool, tuple) else pool) is None, pool
+
+
+def test_reading_only_the_functions_that_name_what_is_read_gives_the_whole_files_contract(monkeypatch):
+    """The reader parses only the functions of a file that name the worker
+    (source_text.pruned_module); on this release that finds exactly what
+    parsing every file whole finds, reads, lines and all."""
+    import ast
+
+    from sglang_spec_plugins.engine import worker_contract, worker_reads
+
+    monkeypatch.setenv("SGLANG_SPEC_PLUGINS_CACHE", "off")
+    worker_contract.contract.cache_clear()
+    pruned = worker_contract.contract()
+    whole = lambda path, pattern: ast.parse(path.read_text(encoding="utf-8"))  # noqa: E731
+    monkeypatch.setattr(worker_contract, "pruned_module", whole)
+    monkeypatch.setattr(worker_reads, "pruned_module", whole)
+    worker_contract.contract.cache_clear()
+    try:
+        assert worker_contract.contract() == pruned
+    finally:
+        worker_contract.contract.cache_clear()

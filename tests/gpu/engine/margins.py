@@ -18,6 +18,19 @@ import json
 import os
 import sys
 
+MARGIN_REQUEST = dict(sampling_params={"temperature": 0, "max_new_tokens": 1}, return_logprob=True, top_logprobs_num=2,
+                      logprob_start_len=-1)
+"""What to ask the plain engine, with the prompt and the common prefix as ``input_ids``."""
+
+
+def margin(out, speculative, plain):
+    """The plain engine's two most likely next tokens after the common prefix (``out``: its answer to
+    :data:`MARGIN_REQUEST`), their log-probabilities and margin, and whether the tokens the two engines
+    chose (``speculative``, ``plain``) are those two."""
+    (lp1, t1, _), (lp2, t2, _) = out["meta_info"]["output_top_logprobs"][0][:2]
+    return {"top2": [t1, t2], "logprobs": [lp1, lp2], "margin": lp1 - lp2, "chosen_are_top2": {speculative, plain} == {t1, t2}}
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("divergences")
@@ -34,16 +47,11 @@ if __name__ == "__main__":
     options = argparse.Namespace(backend=args.backend, tp=1, batches=[32], cuda_graph=True, deterministic=False,
                                  dtype=args.dtype, staggered=False, spec=None)
     engine = sglang.Engine(**engine_kwargs(options))
-    outputs = engine.generate(input_ids=[d["input_ids"] for d in found],
-                              sampling_params={"temperature": 0, "max_new_tokens": 1},
-                              return_logprob=True, top_logprobs_num=2, logprob_start_len=-1)
+    outputs = engine.generate(input_ids=[d["input_ids"] for d in found], **MARGIN_REQUEST)
     with open(os.path.join(os.environ.get("OUT", "."), "margins.jsonl"), "a") as f:
         for d, out in zip(found, outputs):
-            top = out["meta_info"]["output_top_logprobs"][0]
-            (lp1, t1, _), (lp2, t2, _) = top[0], top[1]
             f.write(json.dumps({k: d[k] for k in ("label", "batch", "prompts", "request", "position", "speculative", "plain")}
-                               | {"top2": [t1, t2], "logprobs": [lp1, lp2], "margin": lp1 - lp2,
-                                  "chosen_are_top2": {d["speculative"], d["plain"]} == {t1, t2}}) + "\n")
+                               | margin(out, d["speculative"], d["plain"])) + "\n")
     engine.shutdown()
     print(f"{len(found)} divergences of {args.backend} measured", flush=True)
     os._exit(0)

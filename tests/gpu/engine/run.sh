@@ -16,6 +16,10 @@
 #         plain engines; all four at once on GPU 0
 # tp      tensor parallelism 2 on GPUs 0 and 1
 # margins how close each divergence of results/engine/divergences.json was (MARGINS=flashinfer: one backend)
+# soak    tests/gpu/soak.py: 2,000 mixed requests (mixed lengths, ~5% refused, ~5% aborted mid-stream, a KV
+#         pool small enough that SGLang retracts) through sglang.Engine with PROMPT_LOOKUP, and through SGLang's
+#         HTTP server, against the plain engine's outputs request by request; the three processes at once on
+#         GPU 0, done within SOAK_BUDGET seconds (default 430); results in $OUT/soak/ (summary.json)
 # $OUT gets: engines.jsonl (one line per engine), timeline.txt, logs.tar.xz, and the JIT caches.
 set -u
 T0=$(date +%s); E=$PWD/.e2e; H=$PWD/tests/gpu/engine
@@ -130,6 +134,10 @@ for phase in "$@"; do
       flashinfer_checks fi16 --dtype float16 & EXTRA=TRITON_F32_DEFAULT=ieee triton_checks tri32 --dtype float32 & wait ;;
     widths) widths_runs ;;
     tp) tp_runs ;;
+    soak)
+      (cd /tmp && SOAK_LOGS=/tmp/engine-logs timeout -k 5 $(( ${SOAK_BUDGET:-430} + 20 )) python3 $H/../soak.py coordinate \
+         --out "$OUT/soak" --budget ${SOAK_BUDGET:-430} ${SOAK_ARGS:-} > /tmp/engine-logs/soak.log 2>&1)
+      tl "soak rc=$?"; tail -25 /tmp/engine-logs/soak.log ;;
     margins)  # how close each divergence of results/engine/divergences.json was (margins.py)
       for backend in ${MARGINS:-flashinfer triton}; do
         (cd /tmp && timeout 200 python3 $H/margins.py $H/../results/engine/divergences.json $backend \

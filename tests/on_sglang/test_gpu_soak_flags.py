@@ -1,0 +1,25 @@
+"""tests/gpu/soak.py starts sglang.Engine with keyword arguments and SGLang's HTTP server with the same
+settings as flags: both are the release's own server arguments (no GPU here: parsed, not served)."""
+
+import argparse
+import inspect
+import sys
+import types
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu"))
+import soak  # noqa: E402
+
+
+def test_the_soaks_engine_arguments_and_server_flags_are_the_releases_own():
+    from sglang.srt.server_args import ServerArgs
+
+    options = types.SimpleNamespace(max_total_tokens=8192, concurrency=128, cuda_graph=False)
+    for spec in (False, True):
+        kwargs = soak.engine_kwargs(options, spec)
+        assert set(kwargs) <= set(inspect.signature(ServerArgs).parameters)
+        assert {"attention_backend", "disable_cuda_graph", "max_total_tokens", "disable_radix_cache"} <= set(kwargs)
+        parser = argparse.ArgumentParser()
+        ServerArgs.add_cli_args(parser)
+        parsed = vars(parser.parse_args(soak.server_flags(kwargs)))
+        assert {name: parsed[name] for name in kwargs} == kwargs

@@ -1,0 +1,57 @@
+"""testing.soak: the mixed request set and the verdict the soak drivers share (no SGLang)."""
+
+from collections import Counter
+
+from sglang_spec_plugins.testing.soak import ABORT, GREEDY, LOGPROB, SAMPLED, mixed_requests, verdict
+
+REFUSAL = "serves greedy requests only"
+
+
+def test_the_set_is_mixed_and_the_same_from_the_same_seed():
+    requests = mixed_requests(2000, seed=3)
+    assert requests == mixed_requests(2000, seed=3) and requests != mixed_requests(2000, seed=4)
+    kinds = Counter(r.kind for r in requests)
+    assert 70 <= kinds[SAMPLED] + kinds[LOGPROB] <= 130 and 70 <= kinds[ABORT] <= 130  # about 5% each
+    prompts = sorted(len(r.input_ids) for r in requests)
+    outputs = sorted(r.max_new_tokens for r in requests if r.kind == GREEDY)
+    assert prompts[0] == 8 and prompts[-1] > 900 and prompts[len(prompts) // 2] < 200  # short ones often, long ones too
+    assert outputs[0] == 1 and outputs[-1] > 230
+    assert all(r.abort_after >= 1 and r.max_new_tokens >= 4 * r.abort_after for r in requests if r.kind == ABORT)
+    assert len({r.rid for r in requests}) == 2000
+    assert [r.sampling_params()["temperature"] for r in requests if r.kind == SAMPLED] == [0.8] * kinds[SAMPLED]
+    assert all(r.return_logprob == (r.kind == LOGPROB) and r.stream == (r.kind == ABORT) for r in requests)
+
+
+def _outcome(tokens, finish="length", message=None, **extra):
+    return {"output_ids": tokens, "finish": {"type": finish, **({"message": message} if message else {})}, **extra}
+
+
+def test_the_verdict_names_what_went_wrong_and_lists_divergences():
+    requests = mixed_requests(40, seed=1, vocab=256, prompt_lengths=(4, 16), output_lengths=(2, 8), refused=0.2, aborted=0.2)
+    by_kind = {kind: [r for r in requests if r.kind == kind] for kind in (GREEDY, SAMPLED, LOGPROB, ABORT)}
+    assert all(by_kind.values())
+    outcomes = {r.rid: _outcome([7] * r.max_new_tokens) for r in by_kind[GREEDY]}
+    outcomes.update({r.rid: _outcome([7], "abort", f"X {REFUSAL}") for r in by_kind[SAMPLED] + by_kind[LOGPROB]})
+    outcomes.update({r.rid: _outcome([7] * r.abort_after, "abort") for r in by_kind[ABORT]})
+    plain = {r.rid: [7] * r.max_new_tokens for r in by_kind[GREEDY]}
+    clean = verdict(requests, outcomes, REFUSAL, plain)
+    assert clean["problems"] == [] and clean["identical"] == clean["compared"] == len(by_kind[GREEDY])
+    assert clean["aborted"] == len(by_kind[ABORT]) and clean["refused_with_message"] == len(by_kind[SAMPLED] + by_kind[LOGPROB])
+
+    first, second = by_kind[GREEDY][:2]
+    bad = dict(outcomes)
+    del bad[first.rid]
+    bad[second.rid] = _outcome([7] * (second.max_new_tokens - 1))
+    bad[by_kind[SAMPLED][0].rid] = _outcome([7] * 3)
+    bad[by_kind[LOGPROB][0].rid] = _outcome([7], "abort", "another message")
+    bad[by_kind[ABORT][0].rid] = {"output_ids": [], "finish": None, "error": "connection reset"}
+    found = verdict(requests, bad, REFUSAL, plain)
+    assert {p.split(":")[0] for p in found["problems"]} == {
+        f"{first.rid} ({GREEDY})", second.rid, f"{by_kind[SAMPLED][0].rid} ({SAMPLED})",
+        f"{by_kind[LOGPROB][0].rid} ({LOGPROB})", f"{by_kind[ABORT][0].rid} (abort after {by_kind[ABORT][0].abort_after})"}
+
+    third = by_kind[GREEDY][2]
+    plain[third.rid] = [7, 8] + [7] * (third.max_new_tokens - 2)
+    assert verdict(requests, outcomes, REFUSAL, plain)["divergent"] == [{"rid": third.rid, "at": 1, "token": 7, "plain_token": 8}]
+    disconnected = {**outcomes, by_kind[ABORT][0].rid: {"output_ids": [7], "finish": None, "disconnected": True}}
+    assert verdict(requests, disconnected, REFUSAL)["aborted"] == len(by_kind[ABORT])
