@@ -1,9 +1,4 @@
-"""A DFLASH-style block-diffusion drafter as a plugin, written as a class.
-
-The drafter proposes a block of ``block_size`` tokens (setting, default 16)
-and its own model runner runs TARGET_VERIFY over the block, so it answers
-yes to draft-may-verify and verifies exactly one block per request.
-"""
+"""DFLASH_BLOCK: a DFLASH-style block drafter with its own draft model. PROTOTYPE."""
 
 from sglang_spec_plugins import AlgorithmSpec, hookimpl
 
@@ -11,45 +6,23 @@ ALGORITHM = "DFLASH_BLOCK"
 
 
 def _worker_factory(server_args):
-    from .worker import DFlashBlockWorker  # imports SGLang: only ever called inside SGLang's processes
+    from .worker import DFlashBlockWorker
 
     return DFlashBlockWorker
 
 
-def _validate(server_args):
-    if getattr(server_args, "speculative_num_draft_tokens", None) not in (None, 16):
-        raise ValueError("DFLASH_BLOCK verifies blocks of 16: set --speculative-num-draft-tokens 16")
+@hookimpl
+def sgl_spec_algorithms():
+    return [AlgorithmSpec(name=ALGORITHM, worker_factory=_worker_factory, supports_overlap=False)]
 
 
-class DFlashBlockPlugin:
-    """Hooks may live on an object: the entry point names its instance, ``plugin``."""
-
-    @hookimpl
-    def sgl_spec_algorithms(self):
-        return [
-            AlgorithmSpec(
-                name=ALGORITHM,
-                worker_factory=_worker_factory,
-                supports_overlap=True,
-                validate_server_args=_validate,
-            )
-        ]
-
-    @hookimpl
-    def sgl_spec_verify_width(self, algorithm, settings):
-        if algorithm != ALGORITHM:
-            return None
-        return settings.get("block_size", 16)
-
-    @hookimpl
-    def sgl_spec_max_verify_width(self, algorithm, num_draft_tokens, settings):
-        if algorithm != ALGORITHM:
-            return None
-        return max(num_draft_tokens, settings.get("block_size", 16))
-
-    @hookimpl
-    def sgl_spec_draft_may_verify(self, algorithm):
-        return True if algorithm == ALGORITHM else None
+@hookimpl
+def sgl_spec_verify_width(algorithm, num_draft_tokens, is_draft_worker, settings):
+    if algorithm != ALGORITHM:
+        return None
+    return num_draft_tokens if is_draft_worker else settings.get("verify_width", num_draft_tokens)
 
 
-plugin = DFlashBlockPlugin()
+@hookimpl
+def sgl_spec_draft_may_verify(algorithm):
+    return True if algorithm == ALGORITHM else None
