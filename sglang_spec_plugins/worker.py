@@ -1,6 +1,7 @@
 """The API for writing a plugin's worker: the one module drafter authors import.
 
-A plugin's ``worker_factory`` returns a class built on :func:`worker_base`;
+A plugin's ``worker_factory`` returns a class built on :func:`worker_base`
+(or, for a worker with its own draft model, :func:`draft_model_worker_base`);
 SGLang instantiates it and calls ``forward_batch_generation(batch, **kwargs)``
 every step. Inside the worker:
 
@@ -11,7 +12,12 @@ every step. Inside the worker:
 * :func:`contract` and :func:`check_worker` say what the installed release
   asks of a worker class (the kit and ``check`` run them);
 * :class:`WidthsByBatchSize` and :class:`WidthSchedule` are what
-  :class:`StepWidths` schedules with, pure, for a worker's own tests.
+  :class:`StepWidths` schedules with, pure, for a worker's own tests;
+* :func:`step_result` (and :func:`idle_result`) is what a greedy-verifying
+  step returns to the scheduler, :func:`verify_positions` and
+  :func:`cache_locations` where a chain's tokens and KV go, and
+  :func:`refuse_unservable` refuses, request by request, what greedy
+  verification cannot serve exactly (:mod:`.engine.greedy_step`).
 
 Importing this module does not import SGLang; the functions do.
 """
@@ -21,7 +27,10 @@ from __future__ import annotations
 from typing import Any
 
 from .engine.algorithm import policy_for, required_policy
+from .engine.draft_worker import draft_model_worker_base
 from .engine.facts import configured_ndt
+from .engine.greedy_step import (cache_locations, carried_rows, greedy_refusal, idle_result, refuse_unservable,
+                                 step_result, verify_positions)
 from .engine.worker_base import ModelFreeDraftWorker, ModelFreeRunner, worker_base
 from .engine.worker_contract import WorkerContract, check_worker, contract
 from .errors import EngineError
@@ -69,4 +78,6 @@ class StepWidths:
 
 
 __all__ = ["ModelFreeDraftWorker", "ModelFreeRunner", "StepWidths", "WidthSchedule", "WidthsByBatchSize",
-           "WorkerContract", "check_worker", "contract", "policy_for", "worker_base"]
+           "WorkerContract", "cache_locations", "carried_rows", "check_worker", "contract", "draft_model_worker_base",
+           "greedy_refusal", "idle_result", "policy_for", "refuse_unservable", "step_result", "verify_positions",
+           "worker_base"]

@@ -13,30 +13,28 @@ get exactly the release's behaviour. The sites are found in the installed
 source (:func:`~..engine.dflash_sites.dflash_sites`), so the edits follow each
 release's lines; a site whose line cannot be edited alone is refused.
 
-Methods are replaced on their class (as every function patch); a module-level
-function gets the edited code in place (``__code__``), so the copies other
-modules imported with ``from ... import`` run it too.
+(A method is replaced on its class, a top-level function gets the edited code
+in place, as every function patch does: :mod:`.unit`.)
+
+One more edit serves ``input_embeds`` outside those sites: every release
+casts a forward's ``input_embeds`` to bfloat16 for any model
+(``ModelRunner._extend_forward_kwargs``; ``forward_extend`` up to 0.5.13),
+which a float16 or float32 draft model cannot take (its linear layers refuse
+the mix); for a plugin whose draft takes ``input_embeds`` they are cast to
+the runner's dtype (:func:`input_embeds_for`).
 """
 
 from __future__ import annotations
 
 from typing import Any, Optional, Tuple
 
-from ..engine.algorithm import policy_of
+from ..engine.algorithm import draft_model_of
 from ..engine.dflash_sites import DECLARED, VERDICTS, dflash_sites
-from ..engine.probe import method_source, source_file
-from ..engine.source_text import function_in_file
-from .source_edit import Edit, rebuild
-from .unit import FunctionPatch, Plan, Target
+from ..engine.probe import source_file
+from .source_edit import Edit
+from .unit import FunctionPatch, Plan, Target, Verdict
 
 _ASK = "_sglang_spec_plugins_dflash_like"
-
-
-def draft_model_of(algorithm: Any):
-    """The :class:`~sglang_spec_plugins.draft_model.DraftModel` a plugin
-    algorithm declares, or None (a built-in algorithm, a plugin without one)."""
-    policy = policy_of(algorithm)
-    return None if policy is None else getattr(type(algorithm), "draft_model", None)
 
 
 def dflash_like(algorithm: Any, predicate: str, need: str) -> bool:
@@ -48,77 +46,68 @@ def dflash_like(algorithm: Any, predicate: str, need: str) -> bool:
     return getattr(algorithm, predicate)()
 
 
+def input_embeds_for(runner: Any, embeds: Any) -> Any:
+    """``embeds`` for ``runner``'s model: in its dtype for a plugin algorithm
+    whose draft model takes ``input_embeds``, else in bfloat16 (the release's cast)."""
+    declared = draft_model_of(runner.spec_algorithm)
+    if declared is not None and declared.input_embeds:
+        return embeds.to(runner.dtype)
+    return embeds.bfloat16()
+
+
+_EMBEDS = "_sglang_spec_plugins_input_embeds"
+
+INPUT_EMBEDS = FunctionPatch(
+    name="draft_model.input_embeds_dtype",
+    summary="a forward's input_embeds in the draft model's dtype, not always bfloat16",
+    alternatives=(Target("sglang.srt.model_executor.model_runner", "ModelRunner._extend_forward_kwargs"),  # 0.5.14+
+                  Target("sglang.srt.model_executor.model_runner", "ModelRunner.forward_extend")),  # up to 0.5.13
+    edits=(Edit(old='kwargs["input_embeds"] = forward_batch.input_embeds.bfloat16()',
+                new=f'kwargs["input_embeds"] = {_EMBEDS}(self, forward_batch.input_embeds)',
+                fixed_markers=("forward_batch.input_embeds.to(",),
+                why="casts a draft-model plugin's input_embeds to its draft runner's dtype"),),
+    injected={_EMBEDS: input_embeds_for},
+)
+
+
 class SitePatch(FunctionPatch):
-    """The declared sites of one SGLang function (``key``: file, function)."""
+    """The declared sites of one SGLang function (``key``: file, function as
+    :class:`~..engine.dflash_sites.DflashSite` names them), each predicate
+    asking the declaration's need; the edits are made from the sites the
+    installed source has (none: not needed)."""
 
     def __init__(self, key: Tuple[str, str]):
+        self.key, self.need, why = key, VERDICTS[key].need, VERDICTS[key].why
         file, function = key
-        self.file, self.need = file, VERDICTS[key].need
-        self.outer = function.split(".")[0] if not function[:1].isupper() else ".".join(function.split(".")[:2])
-        self.function = function
+        parts = function.split(".")
+        outer = ".".join(parts[:2]) if parts[0][:1].isupper() and len(parts) > 1 else parts[0]
         module = "sglang.srt." + file[: -len(".py")].replace("/", ".")
-        super().__init__(name=f"draft_model.{function}", summary=f"{file} {function}: {VERDICTS[key].why}",
-                         alternatives=(Target(module, self.outer),), injected={_ASK: dflash_like})
-
-    @property
-    def module_function(self) -> bool:
-        return "." not in self.outer
-
-    def _source(self) -> Optional[str]:
-        target = self.alternatives[0]
-        if not self.module_function:
-            return method_source(target.module, target.qualname)
-        path = source_file(target.module)
-        return None if path is None else function_in_file(path, self.outer)
+        super().__init__(name=f"draft_model.{function}", summary=f"{file} {function}: {why}",
+                         alternatives=(Target(module, outer),), injected={_ASK: dflash_like})
 
     def plan(self, release: Optional[str]) -> Plan:
+        file, function = self.key
         target = self.alternatives[0]
-        path = source_file(target.module)
-        source = self._source()
-        sites = [s for s in dflash_sites(path.parents[len(self.file.split("/")) - 1]) if s.key == (self.file, self.function)] \
-            if path is not None and source is not None else []
+        path, source = source_file(target.module), target.source()
+        srt = path.parents[file.count("/")] if path is not None else None
+        sites = [s for s in dflash_sites(srt) if s.key == self.key] if source is not None else []
         if not sites:
-            return Plan("not needed", f"SGLang {release}: no DFLASH-only decision in {self.file} {self.function}")
+            return Plan(Verdict.NOT_NEEDED, f"SGLang {release}: no DFLASH-only decision in {file} {function}")
         edits = []
         for line in sorted({s.code for s in sites}):
             new = line
-            for site in sites:
-                if site.code == line:
-                    predicate = site.test[: -len("()")]
-                    new = new.replace(f"{site.receiver}.{site.test}", f'{_ASK}({site.receiver}, "{predicate}", "{self.need}")')
-            edits.append(Edit(old=line, new=new, fixed_markers=(), why=VERDICTS[(self.file, self.function)].why, every=True))
-        for edit in edits:
-            if edit.new == edit.old or edit.classify(source) != "broken":
-                where = ", ".join(s.where for s in sites if s.code == edit.old)
-                return Plan("refused", f"SGLang {release}: {self.file} {self.function}: the DFLASH-only decision at "
-                                       f"{where} ({edit.old!r}) cannot be edited alone")
-        return Plan("apply", f"{target}: {edits[0].why}", ((target, tuple(edits)),))
-
-    def _install(self, plan: Plan, release: Optional[str]) -> None:
-        if not self.module_function:
-            return super()._install(plan, release)
-        import importlib
-
-        (target, edits), = plan.steps
-        func = getattr(importlib.import_module(target.module), self.outer)
-        new = rebuild(func, None, edits)
-        if new.__code__.co_freevars != func.__code__.co_freevars:
-            raise ValueError(f"patch {self.name}: {self.outer} cannot take edited code in place")
-        saved = {k: func.__globals__[k] for k in self.injected if k in func.__globals__}
-        func.__globals__.update(self.injected)
-        original, func.__code__ = func.__code__, new.__code__
-        self._originals.append((func, "__code__", original, saved))
-
-    def revert(self) -> None:
-        if not self.module_function:
-            return super().revert()
-        while self._originals:
-            func, _, code, saved = self._originals.pop()
-            func.__code__ = code
-            for key in self.injected:
-                func.__globals__.pop(key, None)
-            func.__globals__.update(saved)
+            for site in (s for s in sites if s.code == line):
+                call = f"{site.receiver}.{site.test}"
+                new = new.replace(call, f'{_ASK}({site.receiver}, "{site.test[:-2]}", "{self.need}")')
+            edit = Edit(old=line, new=new, fixed_markers=(), why=VERDICTS[self.key].why, every=True)
+            if new == line or edit.classify(source) != "broken":
+                where = ", ".join(s.where for s in sites if s.code == line)
+                return Plan(Verdict.REFUSED, f"SGLang {release}: {file} {function}: the DFLASH-only decision at {where} "
+                                             f"({line!r}) cannot be edited alone")
+            edits.append(edit)
+        return Plan(Verdict.APPLY, f"{target}: {VERDICTS[self.key].why}", ((target, tuple(edits)),))
 
 
-PATCHES = tuple(SitePatch(key) for key, verdict in VERDICTS.items() if verdict.kind == DECLARED)
-"""One patch per SGLang function holding a declared site (a release without it: not needed)."""
+PATCHES = tuple(SitePatch(key) for key, verdict in VERDICTS.items() if verdict.kind == DECLARED) + (INPUT_EMBEDS,)
+"""One patch per SGLang function holding a declared site (a release without it: not needed), and the
+input_embeds cast."""

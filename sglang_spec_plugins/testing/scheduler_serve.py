@@ -1,13 +1,17 @@
 """Serve a few greedy requests through SGLang's real ``Scheduler`` on a CPU.
 
 ``python -m sglang_spec_plugins.testing.scheduler_serve [ALGORITHM] [--ndt N]
-[--max-new-tokens N[,N,N]] [--late-after K]`` (``--max-new-tokens``: one for
-every request, or one per request of :data:`PROMPTS` in order: requests that
-finish at different steps make the batch shrink; ``--late-after K``: the last
-request is sent only once ``K`` verify steps have run, so it joins a running
-batch) makes the installed release's real ``Scheduler`` on the
+[--max-new-tokens N[,N,N]] [--late-after K] [--model DIR] [--draft DIR]
+[--config PLUGINS_TOML]`` (``--max-new-tokens``: one for every request, or
+one per request of :data:`PROMPTS` in order: requests that finish at
+different steps make the batch shrink; ``--late-after K``: the last request
+is sent only once ``K`` verify steps have run, so it joins a running batch;
+``--model``/``--draft``: the target and ``--speculative-draft-model-path``
+folders, see :func:`.scheduler_start.make_scheduler`; ``--config``: the
+plugins.toml to load) makes the installed release's real ``Scheduler`` on the
 tiny random Llama of :mod:`.scheduler_start` (``ALGORITHM`` left out: no
-speculative decoding), float32 on SGLang's ``triton`` attention backend (its
+speculative decoding; ``DFLASH``: SGLang's own, with the CPU stand-ins of
+:mod:`.native_dflash`), float32 on SGLang's ``triton`` attention backend (its
 Triton kernels run under ``TRITON_INTERPRET=1``), then serves
 :data:`PROMPTS` the way a server does: the requests go, as
 ``TokenizedGenerateReqInput`` objects, through the ZMQ socket the tokenizer
@@ -48,10 +52,13 @@ TIMEOUT_S = 600
 
 
 def serve(algorithm: Optional[str], ndt: int = 4, max_new_tokens: Union[int, Sequence[int]] = 20,
-          late_after: Optional[int] = None) -> Dict[str, Any]:
+          late_after: Optional[int] = None, model: Optional[str] = None, draft: Optional[str] = None,
+          config: Optional[str] = None) -> Dict[str, Any]:
     """Serve :data:`PROMPTS` (greedy, EOS ignored; ``max_new_tokens`` each, or
     one per request in order; the last one sent after ``late_after`` verify
-    steps) through the real scheduler; the result described in the module doc."""
+    steps) through the real scheduler, on the ``model`` and ``draft`` folders
+    with the ``config`` plugins.toml where given; the result described in the
+    module doc."""
     lengths = [max_new_tokens] * len(PROMPTS) if isinstance(max_new_tokens, int) else list(max_new_tokens)
     if len(lengths) != len(PROMPTS):
         raise ValueError(f"max_new_tokens: one for every request or {len(PROMPTS)}, got {max_new_tokens!r}")
@@ -67,10 +74,20 @@ def serve(algorithm: Optional[str], ndt: int = 4, max_new_tokens: Union[int, Seq
         # skip_tokenizer_init: the scheduler sends its outputs straight to the tokenizer manager
         sockets["from_scheduler"] = get_zmq_socket(context, zmq.PULL, port_args.tokenizer_ipc_name, True)
 
+    if config is not None:
+        os.environ["SGLANG_SPEC_PLUGINS_CONFIG"] = str(config)
     began = time.monotonic()
     try:
-        scheduler = make_scheduler(algorithm, ndt=ndt, before_init=bind, attention_backend="triton",
-                                   dtype="float32", disable_radix_cache=True)
+        if algorithm == "DFLASH":
+            os.environ.setdefault("TRITON_INTERPRET", "1")
+            from .cpu import install_stand_ins, run_sglang_plugin_loading
+            from .native_dflash import serve_dflash_on_cpu
+
+            install_stand_ins()
+            run_sglang_plugin_loading()  # the loader's patches first: the stand-ins edit after them
+            serve_dflash_on_cpu()
+        scheduler = make_scheduler(algorithm, ndt=ndt, before_init=bind, model=model, draft=draft,
+                                   attention_backend="triton", dtype="float32", disable_radix_cache=True)
     except Exception as exc:
         return {"served": False, "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()[-3000:]}
     started = time.monotonic()
@@ -152,7 +169,8 @@ def main(argv: List[str]) -> int:
     lengths = [int(n) for n in options.get("--max-new-tokens", "20").split(",")]
     late_after = options.get("--late-after")
     result = serve(algorithm, ndt=int(options.get("--ndt", 4)), max_new_tokens=lengths[0] if len(lengths) == 1 else lengths,
-                   late_after=None if late_after is None else int(late_after))
+                   late_after=None if late_after is None else int(late_after), model=options.get("--model"),
+                   draft=options.get("--draft"), config=options.get("--config"))
     print(json.dumps(result), flush=True)
     sys.stdout.flush()
     os._exit(0)  # the scheduler's loop thread and sockets would keep the process alive

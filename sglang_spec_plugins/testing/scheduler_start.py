@@ -67,11 +67,16 @@ def start(algorithm: str, worker: Optional[str] = None, ndt: int = 4) -> Dict[st
 
 
 def make_scheduler(algorithm: Optional[str], worker: Optional[str] = None, ndt: int = 4,
-                   before_init: Optional[Callable[[Any], None]] = None, **server_args: Any):
+                   before_init: Optional[Callable[[Any], None]] = None, model: Optional[Path] = None,
+                   draft: Optional[Path] = None, **server_args: Any):
     """The installed release's real ``Scheduler`` on the tiny Llama (see the
     module doc); ``algorithm`` None starts it without speculative decoding.
-    ``server_args`` add to or replace the defaults (names a release lacks are
-    dropped); ``before_init(port_args)`` runs just before ``Scheduler.__init__``."""
+    ``model``: a target folder instead (its ``config.json``, and its weights
+    where it has a ``model.safetensors``, else dummy weights); ``draft``: the
+    ``--speculative-draft-model-path`` folder (dummy weights unless it has a
+    ``model.safetensors``). ``server_args`` add to or replace the defaults
+    (names a release lacks are dropped); ``before_init(port_args)`` runs just
+    before ``Scheduler.__init__``."""
     os.environ.setdefault("TRITON_INTERPRET", "1")  # SGLang's Triton kernels (KV-pool warm-up) run interpreted
     from .cpu import absent_kernel_package, install_stand_ins, run_sglang_plugin_loading
 
@@ -92,13 +97,17 @@ def make_scheduler(algorithm: Optional[str], worker: Optional[str] = None, ndt: 
             module, _, name = worker.partition(":")
             cls = getattr(importlib.import_module(module), name)
             algo.factory = lambda server_args: cls
-    model = Path(tempfile.mkdtemp(prefix="tiny-llama-"))
-    (model / "config.json").write_text(json.dumps(TINY_LLAMA))
-    fields = dict(model_path=str(model), load_format="dummy", device="cpu", skip_tokenizer_init=True,
+    written = None
+    if model is None:
+        model = written = Path(tempfile.mkdtemp(prefix="tiny-llama-"))
+        (model / "config.json").write_text(json.dumps(TINY_LLAMA))
+    fields = dict(model_path=str(model), load_format=_load_format(model), device="cpu", skip_tokenizer_init=True,
                   speculative_algorithm=algorithm, disable_overlap_schedule=not supports_overlap,
                   max_total_tokens=2048, disable_cuda_graph=True, disable_piecewise_cuda_graph=True)
     if algorithm is not None:
         fields["speculative_num_draft_tokens"] = ndt
+    if draft is not None:
+        fields.update(speculative_draft_model_path=str(draft), speculative_draft_load_format=_load_format(draft))
     fields.update(server_args)
     known = set(inspect.signature(ServerArgs).parameters)  # graph flags differ by release
     args = ServerArgs(**{name: value for name, value in fields.items() if name in known})
@@ -114,7 +123,13 @@ def make_scheduler(algorithm: Optional[str], worker: Optional[str] = None, ndt: 
     try:
         return Scheduler(args, port_args, **ranks)
     finally:
-        shutil.rmtree(model, ignore_errors=True)
+        if written is not None:
+            shutil.rmtree(written, ignore_errors=True)
+
+
+def _load_format(folder: Path) -> str:
+    """``auto`` for a folder holding weights, ``dummy`` for one holding only a config."""
+    return "auto" if (Path(folder) / "model.safetensors").is_file() else "dummy"
 
 
 class _SysModules:

@@ -1,28 +1,66 @@
-"""DFLASH_BLOCK: a DFLASH-style block drafter with its own draft model. PROTOTYPE."""
+"""DFLASH_BLOCK: a DFLASH-style block drafter with a draft model of its own.
 
-from sglang_spec_plugins import AlgorithmSpec, hookimpl
+Each decode step its draft model (SGLang's DFlash draft model, the layout a
+published DFlash checkpoint has) drafts a block of ``B`` tokens per request
+in one TARGET_VERIFY forward on its own draft runner, and the target
+verifies the first ``W <= B`` of them (``worker.py``): the draft runner's
+width and the target's differ, which the width hook's ``is_draft_worker``
+tells apart. Greedy decoding with it gives exactly the tokens plain greedy
+decoding gives; at ``W = B`` it drafts and verifies as SGLang's own
+``--speculative-algorithm DFLASH`` does.
+
+Settings (``[algorithms.DFLASH_BLOCK]`` in plugins.toml):
+
+* ``verify_width``: tokens the target verifies per request, the block's
+  first ``W`` (default: the whole block).
+
+The block is ``--speculative-num-draft-tokens`` tokens, which must be the
+draft checkpoint's ``block_size``. Serving it (SGLang 0.5.14+):
+``--speculative-algorithm DFLASH_BLOCK --speculative-draft-model-path DRAFT
+--speculative-num-draft-tokens B --disable-overlap-schedule`` (the worker
+runs synchronously; one GPU per model, ``--tp-size 1``). The draft
+checkpoint is checked while SGLang resolves its arguments (architecture,
+hidden size, block size, mask token). Requests it cannot serve exactly
+(sampling with temperature > 0, penalties, logprobs, grammars, ...) are
+refused one by one; the server goes on.
+"""
+
+from sglang_spec_plugins import AlgorithmSpec, DraftModel, hookimpl
 
 ALGORITHM = "DFLASH_BLOCK"
 
 
 def _worker_factory(server_args):
-    from .worker import DFlashBlockWorker
+    from .worker import DFlashBlockWorker  # imports SGLang: only ever called inside SGLang's processes
 
     return DFlashBlockWorker
 
 
-@hookimpl
-def sgl_spec_algorithms():
-    return [AlgorithmSpec(name=ALGORITHM, worker_factory=_worker_factory, supports_overlap=False)]
+def _validate(server_args):
+    """The drafts come from the target's LM head on one rank (no vocabulary gather across TP ranks)."""
+    tp_size = getattr(server_args, "tp_size", 1) or 1
+    if tp_size != 1:
+        raise ValueError(f"{ALGORITHM} drafts with the target's LM head on one GPU: serve it with --tp-size 1, "
+                         f"not {tp_size}")
 
 
-@hookimpl
-def sgl_spec_verify_width(algorithm, num_draft_tokens, is_draft_worker, settings):
-    if algorithm != ALGORITHM:
-        return None
-    return num_draft_tokens if is_draft_worker else settings.get("verify_width", num_draft_tokens)
+class DFlashBlockPlugin:
+    """Hooks may live on an object: the entry point names its instance, ``plugin``."""
+
+    @hookimpl
+    def sgl_spec_algorithms(self):
+        return [AlgorithmSpec(name=ALGORITHM, worker_factory=_worker_factory, supports_overlap=False,
+                              validate_server_args=_validate, draft_model=DraftModel())]
+
+    @hookimpl
+    def sgl_spec_verify_width(self, algorithm, num_draft_tokens, is_draft_worker, settings):
+        if algorithm != ALGORITHM:
+            return None
+        return num_draft_tokens if is_draft_worker else settings.get("verify_width", num_draft_tokens)
+
+    @hookimpl
+    def sgl_spec_draft_may_verify(self, algorithm):
+        return True if algorithm == ALGORITHM else None
 
 
-@hookimpl
-def sgl_spec_draft_may_verify(algorithm):
-    return True if algorithm == ALGORITHM else None
+plugin = DFlashBlockPlugin()
