@@ -28,6 +28,7 @@ from ..engine.facts import DRAFT, verify_backends
 from ..errors import describe_exception
 from ..plugins import OfferedAlgorithm
 from ..policy import VerifyPolicy
+from .draft_model_check import draft_model_faults
 
 def faults(offered: OfferedAlgorithm, policy: VerifyPolicy, server_args: Any, version: str, *,
            ndt: Optional[int], disable_overlap: bool, backends: Mapping[str, str], release: Any = None,
@@ -37,7 +38,8 @@ def faults(offered: OfferedAlgorithm, policy: VerifyPolicy, server_args: Any, ve
     the plugin's ``validate_server_args`` (any exception, ``AssertionError``
     included; SGLang stops there), the overlap rule, the worker factory's
     result against the release's worker contract, widths by batch size with
-    DP attention (``dp_attention``: ``--enable-dp-attention``), and the attention
+    DP attention (``dp_attention``: ``--enable-dp-attention``), a draft model
+    and the DFLASH-only sites it meets (:mod:`.draft_model_check`), and the attention
     ``backends`` (worker -> ``--attention-backend`` name) at the plugin's
     widths at ``ndt`` (those ``policy`` has resolved: resolving them is the
     caller's step, since a width fault is a PluginError of its own).
@@ -54,6 +56,8 @@ def faults(offered: OfferedAlgorithm, policy: VerifyPolicy, server_args: Any, ve
         found += factory_faults(offered, server_args, release)
     if dp_attention:
         found += dp_attention_faults(policy, ndt)
+    if offered.spec.draft_model is not None:
+        found += draft_model_faults(offered, policy, server_args, version, ndt)
     return found + backend_faults(offered, policy, version, ndt, backends)
 
 

@@ -92,7 +92,8 @@ def serve(algorithm: Optional[str], ndt: int = 4, max_new_tokens: Union[int, Seq
         return {"served": False, "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()[-3000:]}
     started = time.monotonic()
     failure: List[str] = []
-    verify_steps = _record_verify_steps(scheduler.tp_worker.model_runner)
+    verify_tokens: List[List[int]] = []
+    verify_steps = _record_verify_steps(scheduler.tp_worker.model_runner, verify_tokens)
 
     def loop():
         try:
@@ -126,19 +127,23 @@ def serve(algorithm: Optional[str], ndt: int = 4, max_new_tokens: Union[int, Seq
                 entry["spec_verify_ct"] = int(verify[i]) if verify else 0
     finished = {rid: r for rid, r in results.items() if r.get("done")}
     return {"served": len(finished) == len(PROMPTS) and not failure, "error": failure[0] if failure else None,
-            "requests": finished, "verify_steps": verify_steps, "init_s": round(started - began, 1),
+            "requests": finished, "verify_steps": verify_steps, "verify_tokens": verify_tokens,
+            "init_s": round(started - began, 1),
             "serve_s": round(time.monotonic() - started, 1)}
 
 
-def _record_verify_steps(model_runner) -> List[List[int]]:
+def _record_verify_steps(model_runner, tokens: Optional[List[List[int]]] = None) -> List[List[int]]:
     """A list that gets ``[batch size, tokens per request]`` of every
-    TARGET_VERIFY ``ForwardBatch`` ``model_runner.forward`` runs from now on."""
+    TARGET_VERIFY ``ForwardBatch`` ``model_runner.forward`` runs from now on
+    (and ``tokens``, where given, each one's input token ids: the verified chains)."""
     steps: List[List[int]] = []
     forward = model_runner.forward
 
     def recording(forward_batch, *args, **kwargs):
         if forward_batch.forward_mode.is_target_verify():
             steps.append([forward_batch.batch_size, forward_batch.input_ids.shape[0] // forward_batch.batch_size])
+            if tokens is not None:
+                tokens.append([int(t) for t in forward_batch.input_ids.tolist()])
         return forward(forward_batch, *args, **kwargs)
 
     model_runner.forward = recording
