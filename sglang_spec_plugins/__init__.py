@@ -9,7 +9,6 @@ does not import SGLang.
 
 __version__ = "0.1.0"
 
-from .draft_model import DraftModel  # noqa: E402
-from .hookspecs import AlgorithmSpec, hookimpl  # noqa: E402
+from .hookspecs import AlgorithmSpec, DraftModel, hookimpl  # noqa: E402
 
 __all__ = ["AlgorithmSpec", "DraftModel", "hookimpl", "__version__"]

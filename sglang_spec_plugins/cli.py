@@ -52,6 +52,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                          help="the server's --attention-backend: a refusal of it is a problem (default: report every known backend)")
     p_check.add_argument("--enable-dp-attention", action="store_true",
                          help="the server will run with --enable-dp-attention (widths by batch size are refused with it)")
+    p_check.add_argument("--model-path", metavar="PATH",
+                         help="the server's --model-path: a draft model is checked against this target's config")
+    p_check.add_argument("--speculative-draft-model-path", metavar="PATH",
+                         help="the server's --speculative-draft-model-path (a drafter with its own draft model needs it)")
     p_check.add_argument("--single-process", action="store_true",
                          help="skip asking everything again in a fresh process and comparing the answers")
     p_check.add_argument("--json", action="store_true", help="machine-readable output")
@@ -166,7 +170,7 @@ def _check(args: argparse.Namespace) -> int:
     from .serving.prediction import predict  # imports SGLang only if it is installed
 
     sglang = predict(plugin_set, policies, args.num_draft_tokens, args.disable_overlap_schedule, args.attention_backend,
-                     args.enable_dp_attention)
+                     args.enable_dp_attention, args.model_path, args.speculative_draft_model_path)
     problems += sglang["problems"]
     digest = fingerprint(plugin_set, policies, sglang["version"])
     problems += agreement.compare(digest, checked)

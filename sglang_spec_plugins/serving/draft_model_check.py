@@ -41,8 +41,10 @@ _HYBRID_NAMES = ("mamba", "nemotron_h", "qwen3_next", "minimax", "kimi", "deepse
 SGLang's DFLASH-only sites treat apart."""
 
 
-def draft_model_faults(offered: Any, policy: Any, server_args: Any, version: str, ndt: Optional[int]) -> List[str]:
-    """What a draft-model plugin meets with these arguments (see the module doc)."""
+def draft_model_faults(offered: Any, policy: Any, server_args: Any, version: str, ndt: Optional[int],
+                       draft_config: bool = True) -> List[str]:
+    """What a draft-model plugin meets with these arguments (see the module doc;
+    ``draft_config`` False: not the checkpoint, which ``check`` was not given)."""
     from packaging.version import InvalidVersion, Version
 
     declared = offered.spec.draft_model
@@ -54,7 +56,7 @@ def draft_model_faults(offered: Any, policy: Any, server_args: Any, version: str
         pass
     if server_args is None:
         return []
-    found = config_faults(declared, policy, server_args, ndt) if declared.layout == DFLASH else []
+    found = config_faults(declared, policy, server_args, ndt) if draft_config and declared.layout == DFLASH else []
     return found + site_faults(offered, server_args)
 
 

@@ -32,7 +32,8 @@ from .draft_model_check import draft_model_faults
 
 def faults(offered: OfferedAlgorithm, policy: VerifyPolicy, server_args: Any, version: str, *,
            ndt: Optional[int], disable_overlap: bool, backends: Mapping[str, str], release: Any = None,
-           validate: bool = True, factory: bool = True, dp_attention: bool = False) -> List[str]:
+           validate: bool = True, factory: bool = True, dp_attention: bool = False,
+           draft_config: bool = True) -> List[str]:
     """Everything SGLang would refuse about this algorithm with these
     arguments, one line each, without the plugin's name, in SGLang's order:
     the plugin's ``validate_server_args`` (any exception, ``AssertionError``
@@ -43,8 +44,8 @@ def faults(offered: OfferedAlgorithm, policy: VerifyPolicy, server_args: Any, ve
     ``backends`` (worker -> ``--attention-backend`` name) at the plugin's
     widths at ``ndt`` (those ``policy`` has resolved: resolving them is the
     caller's step, since a width fault is a PluginError of its own).
-    ``validate``/``factory`` False skip the validator/the factory (``check``
-    without arguments to hand them). Raises nothing a plugin causes."""
+    ``validate``/``factory``/``draft_config`` False skip the validator/the
+    factory/the draft checkpoint (``check`` without arguments to hand them). Raises nothing a plugin causes."""
     from ..engine.worker_contract import contract
 
     release = release or contract()
@@ -57,7 +58,7 @@ def faults(offered: OfferedAlgorithm, policy: VerifyPolicy, server_args: Any, ve
     if dp_attention:
         found += dp_attention_faults(policy, ndt)
     if offered.spec.draft_model is not None:
-        found += draft_model_faults(offered, policy, server_args, version, ndt)
+        found += draft_model_faults(offered, policy, server_args, version, ndt, draft_config)
     return found + backend_faults(offered, policy, version, ndt, backends)
 
 

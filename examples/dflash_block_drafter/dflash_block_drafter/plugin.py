@@ -12,7 +12,7 @@ decoding gives; at ``W = B`` it drafts and verifies as SGLang's own
 Settings (``[algorithms.DFLASH_BLOCK]`` in plugins.toml):
 
 * ``verify_width``: tokens the target verifies per request, the block's
-  first ``W`` (default: the whole block).
+  first ``W`` (default, and at most: the whole block).
 
 The block is ``--speculative-num-draft-tokens`` tokens, which must be the
 draft checkpoint's ``block_size``. Serving it (SGLang 0.5.14+):
@@ -56,7 +56,7 @@ class DFlashBlockPlugin:
     def sgl_spec_verify_width(self, algorithm, num_draft_tokens, is_draft_worker, settings):
         if algorithm != ALGORITHM:
             return None
-        return num_draft_tokens if is_draft_worker else settings.get("verify_width", num_draft_tokens)
+        return num_draft_tokens if is_draft_worker else min(settings.get("verify_width", num_draft_tokens), num_draft_tokens)
 
     @hookimpl
     def sgl_spec_draft_may_verify(self, algorithm):
