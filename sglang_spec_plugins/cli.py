@@ -66,6 +66,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p_new = sub.add_parser("new", help="write a drafter package: plugin, worker, tests that use the conformance kit")
     p_new.add_argument("name", help="package name, e.g. my_drafter (algorithm MY_DRAFTER)")
     p_new.add_argument("--dir", type=Path, default=Path("."), help="where to create it (default: the current directory)")
+    p_new.add_argument("--draft-model", action="store_true",
+                       help="a drafter with its own draft model (a DFlash-layout checkpoint, --speculative-draft-model-path)")
 
     args = parser.parse_args(argv)
     command = {"list": _list, "check": _check, "doctor": _doctor, "new": scaffold.command}[args.command]

@@ -198,8 +198,10 @@ VERDICTS = {
         _d("kv_pool", "post-capture KV sizing is planned for the draft pool too"),
     ("model_executor/runner/decode_cuda_graph_runner.py", "DecodeCudaGraphRunner.capture_one_shape.run_once"):
         _d("input_embeds", "the draft runner's graphs capture the forward with input_embeds"),
-    ("model_executor/runner/decode_cuda_graph_runner.py", "DecodeCudaGraphRunner.load_batch"):
-        _d("input_embeds", "each replay copies the step's input_embeds into the captured buffer"),
+    ("model_executor/runner/decode_cuda_graph_runner.py", "DecodeCudaGraphRunner.load_batch"): (
+        ("or self.model_runner.spec_algorithm.is_dflash", _r("dp_attention", "graph batch size under MLP TP gather "
+                                                                             "(DP attention) only")),
+        ("", _d("input_embeds", "each replay copies the step's input_embeds into the captured buffer"))),
     ("model_executor/runner/decode_cuda_graph_runner.py", "DecodeCudaGraphRunner.execute"):
         _d("input_embeds", "each replay copies the step's input_embeds into the captured buffer (0.5.15-0.5.17)"),
     ("model_executor/runner/decode_cuda_graph_runner.py", "DecodeCudaGraphRunner.can_run_graph"):
@@ -234,8 +236,10 @@ VERDICTS = {
         _a("return_sampling_mask requests: SGLang refuses them for other algorithms"),
     ("arg_groups/speculative_hook.py", "handle_speculative_decoding"):
         _a("DFLASH's own argument rules; the plugin's validate_server_args and the start-up check judge its own"),
-    ("model_executor/runner/decode_cuda_graph_runner.py", "DecodeCudaGraphRunner.__init__"):
-        _r("metadata_glue", "the metadata glue graph, which DFLASH forces off"),
+    ("model_executor/runner/decode_cuda_graph_runner.py", "DecodeCudaGraphRunner.__init__"): (
+        ("enable_metadata_glue", _r("metadata_glue", "the metadata glue graph, which DFLASH forces off")),
+        ("", _a("the draft worker's TARGET_VERIFY gate (0.5.14), which the runners.cuda_graph patch answers from "
+                "sgl_spec_draft_may_verify"))),
     ("model_executor/runner_utils/shared_read_event.py", "maybe_publish_prefill_shared_read_done"):
         _a("an early read-done signal DFLASH opts into; the plugin gets the conservative default"),
     ("layers/attention/flashattention_backend.py", "FlashAttentionBackend.__init__"):
@@ -289,12 +293,17 @@ VERDICTS = {
         _r("unified_memory", "the unified memory pool's draft region"),
     ("arg_groups/kv_cache_hook.py", "handle_kv4_compatibility"): _r("fp4_kv", "fp4 KV cache compatibility"),
 }
-"""Every site of the supported releases 0.5.14-0.5.23, by ``(file, function)``.
-A site found that is not here is refused whenever a draft-model plugin is served."""
+"""Every site of the supported releases 0.5.14-0.5.23, by ``(file, function)``; where one
+function holds sites of different meanings, ``(code fragment, verdict)`` pairs, the first
+fragment the site's line holds deciding (``""`` holds always). A site found that is not here
+is refused whenever a draft-model plugin is served."""
 
 UNKNOWN = Verdict(REFUSED, "always", "a DFLASH-only decision this package has not examined")
 
 
 def verdict(site: DflashSite) -> Verdict:
     """What a draft-model plugin gets at ``site``."""
-    return VERDICTS.get(site.key, UNKNOWN)
+    found = VERDICTS.get(site.key, UNKNOWN)
+    if isinstance(found, Verdict):
+        return found
+    return next(judged for fragment, judged in found if fragment in site.code)

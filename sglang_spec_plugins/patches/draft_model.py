@@ -29,7 +29,7 @@ from __future__ import annotations
 from typing import Any, Optional, Tuple
 
 from ..engine.algorithm import draft_model_of
-from ..engine.dflash_sites import DECLARED, VERDICTS, dflash_sites
+from ..engine.dflash_sites import DECLARED, VERDICTS, dflash_sites, verdict
 from ..engine.probe import source_file
 from .source_edit import Edit
 from .unit import FunctionPatch, Plan, Target, Verdict
@@ -77,12 +77,12 @@ class SitePatch(FunctionPatch):
     installed source has (none: not needed)."""
 
     def __init__(self, key: Tuple[str, str]):
-        self.key, self.need, why = key, VERDICTS[key].need, VERDICTS[key].why
+        self.key = key
         file, function = key
         parts = function.split(".")
         outer = ".".join(parts[:2]) if parts[0][:1].isupper() and len(parts) > 1 else parts[0]
         module = "sglang.srt." + file[: -len(".py")].replace("/", ".")
-        super().__init__(name=f"draft_model.{function}", summary=f"{file} {function}: {why}",
+        super().__init__(name=f"draft_model.{function}", summary=f"{file} {function}: {_declared(key)[0].why}",
                          alternatives=(Target(module, outer),), injected={_ASK: dflash_like})
 
     def plan(self, release: Optional[str]) -> Plan:
@@ -90,24 +90,32 @@ class SitePatch(FunctionPatch):
         target = self.alternatives[0]
         path, source = source_file(target.module), target.source()
         srt = path.parents[file.count("/")] if path is not None else None
-        sites = [s for s in dflash_sites(srt) if s.key == self.key] if source is not None else []
+        sites = [s for s in dflash_sites(srt) if s.key == self.key and verdict(s).kind == DECLARED] \
+            if source is not None else []
         if not sites:
-            return Plan(Verdict.NOT_NEEDED, f"SGLang {release}: no DFLASH-only decision in {file} {function}")
+            return Plan(Verdict.NOT_NEEDED, f"SGLang {release}: no declared DFLASH-only decision in {file} {function}")
         edits = []
         for line in sorted({s.code for s in sites}):
             new = line
             for site in (s for s in sites if s.code == line):
                 call = f"{site.receiver}.{site.test}"
-                new = new.replace(call, f'{_ASK}({site.receiver}, "{site.test[:-2]}", "{self.need}")')
-            edit = Edit(old=line, new=new, fixed_markers=(), why=VERDICTS[self.key].why, every=True)
+                new = new.replace(call, f'{_ASK}({site.receiver}, "{site.test[:-2]}", "{verdict(site).need}")')
+            edit = Edit(old=line, new=new, fixed_markers=(), why=verdict(sites[0]).why, every=True)
             if new == line or edit.classify(source) != "broken":
                 where = ", ".join(s.where for s in sites if s.code == line)
                 return Plan(Verdict.REFUSED, f"SGLang {release}: {file} {function}: the DFLASH-only decision at {where} "
                                              f"({line!r}) cannot be edited alone")
             edits.append(edit)
-        return Plan(Verdict.APPLY, f"{target}: {VERDICTS[self.key].why}", ((target, tuple(edits)),))
+        return Plan(Verdict.APPLY, f"{target}: {verdict(sites[0]).why}", ((target, tuple(edits)),))
 
 
-PATCHES = tuple(SitePatch(key) for key, verdict in VERDICTS.items() if verdict.kind == DECLARED) + (INPUT_EMBEDS,)
+def _declared(key: Tuple[str, str]):
+    """The declared verdicts ``VERDICTS[key]`` holds."""
+    found = VERDICTS[key]
+    return [judged for judged in ([found] if not isinstance(found, tuple) else [j for _, j in found])
+            if judged.kind == DECLARED]
+
+
+PATCHES = tuple(SitePatch(key) for key in VERDICTS if _declared(key)) + (INPUT_EMBEDS,)
 """One patch per SGLang function holding a declared site (a release without it: not needed), and the
 input_embeds cast."""

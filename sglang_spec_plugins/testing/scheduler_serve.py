@@ -78,14 +78,6 @@ def serve(algorithm: Optional[str], ndt: int = 4, max_new_tokens: Union[int, Seq
         os.environ["SGLANG_SPEC_PLUGINS_CONFIG"] = str(config)
     began = time.monotonic()
     try:
-        if algorithm == "DFLASH":
-            os.environ.setdefault("TRITON_INTERPRET", "1")
-            from .cpu import install_stand_ins, run_sglang_plugin_loading
-            from .native_dflash import serve_dflash_on_cpu
-
-            install_stand_ins()
-            run_sglang_plugin_loading()  # the loader's patches first: the stand-ins edit after them
-            serve_dflash_on_cpu()
         scheduler = make_scheduler(algorithm, ndt=ndt, before_init=bind, model=model, draft=draft,
                                    attention_backend="triton", dtype="float32", disable_radix_cache=True)
     except Exception as exc:

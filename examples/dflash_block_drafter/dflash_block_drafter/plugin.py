@@ -11,11 +11,12 @@ decoding gives; at ``W = B`` it drafts and verifies as SGLang's own
 
 Settings (``[algorithms.DFLASH_BLOCK]`` in plugins.toml):
 
+* ``block_size``: tokens the draft runner drafts per request, ``B``
+  (default, and at most: ``--speculative-num-draft-tokens``, the KV slots the
+  scheduler reserves per step; SGLang's DFLASH always drafts that many); it
+  must be the draft checkpoint's ``block_size``;
 * ``verify_width``: tokens the target verifies per request, the block's
-  first ``W`` (default, and at most: the whole block).
-
-The block is ``--speculative-num-draft-tokens`` tokens, which must be the
-draft checkpoint's ``block_size``. Serving it (SGLang 0.5.14+):
+  first ``W`` (default, and at most: the whole block). Serving it (SGLang 0.5.14+):
 ``--speculative-algorithm DFLASH_BLOCK --speculative-draft-model-path DRAFT
 --speculative-num-draft-tokens B --disable-overlap-schedule`` (the worker
 runs synchronously; one GPU per model, ``--tp-size 1``). The draft
@@ -56,7 +57,8 @@ class DFlashBlockPlugin:
     def sgl_spec_verify_width(self, algorithm, num_draft_tokens, is_draft_worker, settings):
         if algorithm != ALGORITHM:
             return None
-        return num_draft_tokens if is_draft_worker else min(settings.get("verify_width", num_draft_tokens), num_draft_tokens)
+        block = min(settings.get("block_size", num_draft_tokens), num_draft_tokens)
+        return block if is_draft_worker else min(settings.get("verify_width", block), block)
 
     @hookimpl
     def sgl_spec_draft_may_verify(self, algorithm):

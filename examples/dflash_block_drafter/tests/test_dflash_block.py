@@ -11,6 +11,9 @@ def test_the_draft_runner_drafts_the_block_and_the_target_verifies_its_first_ver
     assert plugin.sgl_spec_verify_width("DFLASH_BLOCK", 16, True, {"verify_width": 4}) == 16
     assert plugin.sgl_spec_verify_width("DFLASH_BLOCK", 16, False, {"verify_width": 4}) == 4
     assert plugin.sgl_spec_verify_width("DFLASH_BLOCK", 16, False, {}) == 16
+    assert plugin.sgl_spec_verify_width("DFLASH_BLOCK", 16, True, {"block_size": 8}) == 8  # a block below ndt
+    assert plugin.sgl_spec_verify_width("DFLASH_BLOCK", 16, False, {"block_size": 8}) == 8
+    assert plugin.sgl_spec_verify_width("DFLASH_BLOCK", 4, False, {"verify_width": 8}) == 4  # never past the block
     assert plugin.sgl_spec_verify_width("SBD", 16, False, {}) is None
     assert plugin.sgl_spec_draft_may_verify("DFLASH_BLOCK") is True
     assert plugin.sgl_spec_draft_may_verify("SBD") is None
