@@ -24,6 +24,10 @@ target's are used)."""
 
 LAYOUTS = (DFLASH,)
 
+FIRST_RELEASE = "0.5.14"
+"""The first SGLang release that serves a draft-model plugin (its scheduler drives a plugin
+worker on the V2 speculative schema)."""
+
 
 @dataclass(frozen=True)
 class DraftModel:

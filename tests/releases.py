@@ -170,6 +170,8 @@ def table_row(release: str) -> str:
     sg = data["sglang"]
     hook = sg["width_hooks"][-1] if sg["width_hooks"] else "none"
     applied = [n for n, p in data["patches"].items() if p["verdict"] in ("would apply", "applied")]
+    drafts = [n for n in applied if n.startswith("draft_model.")]  # one per SGLang function: counted, not listed
+    applied = ([f"draft_model ({len(drafts)} functions)"] if drafts else []) + [n for n in applied if n not in drafts]
     patches = ", ".join(applied) or ("none needed" if data["patches"] else "-")
     backends = "; ".join(f"{n.split('.', 1)[1]}: {v}" for n, v in data.get("attention_backends", {}).items()) or "-"
     verdict = "supported" if data["ok"] else "not served: " + "; ".join(data["problems"])

@@ -57,7 +57,28 @@ def input_embeds_for(runner: Any, embeds: Any) -> Any:
 
 _EMBEDS = "_sglang_spec_plugins_input_embeds"
 
-INPUT_EMBEDS = FunctionPatch(
+
+class DraftModelPatch(FunctionPatch):
+    """A function patch for draft-model plugins, which SGLang 0.5.14+ serves
+    (before, the start-up check refuses them): not needed on older releases."""
+
+    def plan(self, release: Optional[str]) -> Plan:
+        from packaging.version import InvalidVersion, Version
+
+        from ..draft_model import FIRST_RELEASE
+
+        try:
+            if release is not None and Version(release) < Version(FIRST_RELEASE):
+                return Plan(Verdict.NOT_NEEDED, f"SGLang {release}: draft-model plugins are served from {FIRST_RELEASE}")
+        except InvalidVersion:
+            pass
+        return self.plan_served(release)
+
+    def plan_served(self, release: Optional[str]) -> Plan:
+        return super().plan(release)
+
+
+INPUT_EMBEDS = DraftModelPatch(
     name="draft_model.input_embeds_dtype",
     summary="a forward's input_embeds in the draft model's dtype, not always bfloat16",
     alternatives=(Target("sglang.srt.model_executor.model_runner", "ModelRunner._extend_forward_kwargs"),  # 0.5.14+
@@ -70,7 +91,7 @@ INPUT_EMBEDS = FunctionPatch(
 )
 
 
-class SitePatch(FunctionPatch):
+class SitePatch(DraftModelPatch):
     """The declared sites of one SGLang function (``key``: file, function as
     :class:`~..engine.dflash_sites.DflashSite` names them), each predicate
     asking the declaration's need; the edits are made from the sites the
@@ -85,7 +106,7 @@ class SitePatch(FunctionPatch):
         super().__init__(name=f"draft_model.{function}", summary=f"{file} {function}: {_declared(key)[0].why}",
                          alternatives=(Target(module, outer),), injected={_ASK: dflash_like})
 
-    def plan(self, release: Optional[str]) -> Plan:
+    def plan_served(self, release: Optional[str]) -> Plan:
         file, function = self.key
         target = self.alternatives[0]
         path, source = source_file(target.module), target.source()

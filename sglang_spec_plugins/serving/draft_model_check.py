@@ -29,11 +29,8 @@ import os
 from pathlib import Path
 from typing import Any, List, Mapping, Optional, Tuple
 
-from ..draft_model import DFLASH
+from ..draft_model import DFLASH, FIRST_RELEASE
 from ..errors import describe_exception
-
-FIRST_RELEASE = "0.5.14"
-"""The first release whose scheduler drives a plugin worker on the V2 speculative schema."""
 
 _HYBRID_NAMES = ("mamba", "nemotron_h", "qwen3_next", "minimax", "kimi", "deepseek_v4", "falcon_h1", "jamba",
                  "lfm2", "granitemoehybrid", "muse")
