@@ -250,6 +250,12 @@ def _without_addresses(problem: str) -> str:
     return re.sub(r" at 0x[0-9a-fA-F]+", "", problem)
 
 
+def _dflash_sites() -> Dict[str, Any]:
+    from .engine.dflash_sites import summary
+
+    return summary()
+
+
 def _doctor(args: argparse.Namespace) -> int:
     from .engine.cpu_harness import prepare
     from .engine.probe import probe
@@ -293,6 +299,7 @@ def _doctor(args: argparse.Namespace) -> int:
             "graph_runner": found.graph_runner,
             "dummy_run": found.dummy_run,
             "cpu_harness": harness,
+            "dflash_sites": _dflash_sites() if found.installed else {},
         },
         "patches": {name: {"verdict": _verdict(name, plan.verdict), "reason": plan.reason} for name, plan in plans.items()},
         "attention_backends": backends,
@@ -321,6 +328,12 @@ def _doctor(args: argparse.Namespace) -> int:
             _say(args, f"  enum methods plugin algorithms inherit:  {', '.join(s['methods_taken_from_enum']) or 'none'}")
             _say(args, f"  decode CUDA-graph runner:                {s['graph_runner'] or 'not found'}")
             _say(args, f"  dummy run:                               {s['dummy_run'] or 'not found'}")
+            sites = s["dflash_sites"]
+            if sites:
+                refused = ", ".join(f"{n} with {c}" for c, n in sorted(sites["refused"].items())) or "none"
+                _say(args, f"  DFLASH-only sites (draft-model plugins): {sites['served']} served from the declaration, "
+                           f"{sites['answered']} answered, refused: {refused}; unexamined: "
+                           f"{', '.join(sites['unexamined']) or 'none'}")
         for name, plan in data["patches"].items():
             _say(args, f"patch {name}: {plan['verdict']}: {plan['reason']}")
         for name, support in backends.items():

@@ -307,3 +307,25 @@ def verdict(site: DflashSite) -> Verdict:
     if isinstance(found, Verdict):
         return found
     return next(judged for fragment, judged in found if fragment in site.code)
+
+
+def summary() -> dict:
+    """The installed release's sites by verdict (``doctor``): how many are served from the
+    declaration and answered, the refused ones by condition, and the unexamined ones by place."""
+    from .probe import source_file
+
+    scheduler = source_file("sglang.srt.managers.scheduler")
+    if scheduler is None:
+        return {}
+    found = {"served": 0, "answered": 0, "refused": {}, "unexamined": []}
+    for site in dflash_sites(scheduler.parents[1]):
+        judged = verdict(site)
+        if judged is UNKNOWN:
+            found["unexamined"].append(site.where)
+        elif judged.kind == DECLARED:
+            found["served"] += 1
+        elif judged.kind == ANSWERED:
+            found["answered"] += 1
+        else:
+            found["refused"][judged.need] = found["refused"].get(judged.need, 0) + 1
+    return found

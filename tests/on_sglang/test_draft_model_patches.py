@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from sglang_spec_plugins.draft_model import NEEDS, DraftModel
-from sglang_spec_plugins.engine.dflash_sites import DECLARED, UNKNOWN, dflash_sites, verdict
+from sglang_spec_plugins.engine.dflash_sites import DECLARED, UNKNOWN, dflash_sites, summary, verdict
 from sglang_spec_plugins.engine.probe import probe, source_file
 from sglang_spec_plugins.patches import draft_model
 from sglang_spec_plugins.patches.unit import Verdict, apply_all, plan_all, revert_all
@@ -46,6 +46,9 @@ def test_every_dflash_only_site_of_the_release_has_a_verdict_and_a_readme_row():
     found = _sites()
     assert found, "the probe finds no DFLASH-only site: its patterns no longer match this release"
     assert [s.where for s in found if verdict(s) is UNKNOWN] == []
+    counted = summary()  # what doctor reports
+    assert counted["unexamined"] == [] and counted["served"] + counted["answered"] + sum(counted["refused"].values()) \
+        == len(found)
     import releases
 
     if RELEASE not in releases.DRAFT_MODEL_RELEASES:
