@@ -1,13 +1,14 @@
 """sglang-spec-plugins: a stable plugin contract for speculative-decoding
 drafters in SGLang.
 
-Drafter authors need only :data:`hookimpl` and :class:`AlgorithmSpec`; see
+Drafter authors need only :data:`hookimpl` and :class:`AlgorithmSpec` (and
+:class:`DraftModel` for a worker with its own draft model); see
 :mod:`sglang_spec_plugins.hookspecs` for the contract. Importing this package
 does not import SGLang.
 """
 
 __version__ = "0.1.0"
 
-from .hookspecs import AlgorithmSpec, hookimpl  # noqa: E402
+from .hookspecs import AlgorithmSpec, DraftModel, hookimpl  # noqa: E402
 
-__all__ = ["AlgorithmSpec", "hookimpl", "__version__"]
+__all__ = ["AlgorithmSpec", "DraftModel", "hookimpl", "__version__"]

@@ -117,6 +117,10 @@ def build_parser() -> argparse.ArgumentParser:
                               "sizes (each once per width of its bucket) and the logit rows they keep")
     p_check.add_argument("--vocab-size", type=_positive_int, metavar="N",
                          help="the model's vocabulary size: the graphs' logits in bytes (with --cuda-graph-bs)")
+    p_check.add_argument("--model-path", metavar="PATH",
+                         help="the server's --model-path: a draft model is checked against this target's config")
+    p_check.add_argument("--speculative-draft-model-path", metavar="PATH",
+                         help="the server's --speculative-draft-model-path (a drafter with its own draft model needs it)")
     p_check.add_argument("--single-process", action="store_true",
                          help="skip asking everything again in a fresh process and comparing the answers")
     p_check.add_argument("--json", action="store_true", help="machine-readable output")
@@ -127,6 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
     p_new = command("new", "write a drafter package: plugin, worker, tests that use the conformance kit")
     p_new.add_argument("name", help="package name, e.g. my_drafter (algorithm MY_DRAFTER)")
     p_new.add_argument("--dir", type=Path, default=Path("."), help="where to create it (default: the current directory)")
+    p_new.add_argument("--draft-model", action="store_true",
+                       help="a drafter with its own draft model (a DFlash-layout checkpoint, --speculative-draft-model-path)")
     return parser
 
 
@@ -231,7 +237,7 @@ def _check(args: argparse.Namespace) -> int:
     from .serving.prediction import predict  # imports SGLang only if it is installed
 
     sglang = predict(plugin_set, policies, args.num_draft_tokens, args.disable_overlap_schedule, args.attention_backend,
-                     args.enable_dp_attention or args.attn_dp_size > 1)
+                     args.enable_dp_attention or args.attn_dp_size > 1, args.model_path, args.speculative_draft_model_path)
     problems += sglang["problems"]
     digest = fingerprint(plugin_set, policies, sglang["version"])
     problems += agreement.compare(digest, [answer for policy in policies.values() for answer in policy.answers])
@@ -311,6 +317,12 @@ def _without_addresses(problem: str) -> str:
     return re.sub(r" at 0x[0-9a-fA-F]+", "", problem)
 
 
+def _dflash_sites() -> Dict[str, Any]:
+    from .engine.dflash_sites import summary
+
+    return summary()
+
+
 def _doctor(args: argparse.Namespace) -> int:
     from .engine.cpu_harness import prepare
     from .engine.probe import probe
@@ -354,6 +366,7 @@ def _doctor(args: argparse.Namespace) -> int:
             "graph_runner": found.graph_runner,
             "dummy_run": found.dummy_run,
             "cpu_harness": harness,
+            "dflash_sites": _dflash_sites() if found.installed else {},
         },
         "patches": {name: {"verdict": _verdict(name, plan.verdict), "reason": plan.reason} for name, plan in plans.items()},
         "attention_backends": backends,
@@ -382,6 +395,12 @@ def _doctor(args: argparse.Namespace) -> int:
             _say(args, f"  enum methods plugin algorithms inherit:  {', '.join(s['methods_taken_from_enum']) or 'none'}")
             _say(args, f"  decode CUDA-graph runner:                {s['graph_runner'] or 'not found'}")
             _say(args, f"  dummy run:                               {s['dummy_run'] or 'not found'}")
+            sites = s["dflash_sites"]
+            if sites:
+                refused = ", ".join(f"{n} with {c}" for c, n in sorted(sites["refused"].items())) or "none"
+                _say(args, f"  DFLASH-only sites (draft-model plugins): {sites['served']} served from the declaration, "
+                           f"{sites['answered']} answered, refused: {refused}; unexamined: "
+                           f"{', '.join(sites['unexamined']) or 'none'}")
         for name, plan in data["patches"].items():
             _say(args, f"patch {name}: {plan['verdict']}: {plan['reason']}")
         for name, support in backends.items():

@@ -38,6 +38,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 import pluggy
 
 from .capabilities import check_capabilities
+from .draft_model import DraftModel
 from .verify_layout import CHAIN, VERIFY_SHAPES
 
 PROJECT_NAME = "sglang_spec_plugins"
@@ -86,6 +87,15 @@ class AlgorithmSpec:
     algorithm, by method name (``{"has_draft_kv": False}``); see
     :data:`sglang_spec_plugins.capabilities.CAPABILITIES` for the names, the
     release that first asks each and SGLang's default for what is left out.
+
+    ``draft_model``: a :class:`~sglang_spec_plugins.draft_model.DraftModel`
+    when the worker has a draft model of its own, loaded from
+    ``--speculative-draft-model-path`` (build the worker on
+    ``sglang_spec_plugins.worker.draft_model_worker_base()``): what it needs
+    from SGLang that SGLang gives only its DFLASH family (the target's hidden
+    states, the draft KV pool in the target's budget, ``input_embeds`` in the
+    draft's CUDA graphs). SGLang 0.5.14+ serves it; the draft checkpoint and
+    every DFLASH-only site of the release are checked at start-up.
     """
 
     name: str
@@ -94,8 +104,12 @@ class AlgorithmSpec:
     validate_server_args: Optional[Callable[[Any], None]] = None
     verify_shape: str = CHAIN
     capabilities: Mapping[str, bool] = field(default_factory=dict)
+    draft_model: Optional[DraftModel] = None
 
     def __post_init__(self):
+        if self.draft_model is not None and not isinstance(self.draft_model, DraftModel):
+            raise ValueError(f"AlgorithmSpec {self.name!r}: draft_model must be a sglang_spec_plugins.DraftModel or None, "
+                             f"got {self.draft_model!r}")
         if self.verify_shape not in VERIFY_SHAPES:
             raise ValueError(f"AlgorithmSpec {self.name!r}: verify_shape must be one of {', '.join(map(repr, VERIFY_SHAPES))}, "
                              f"got {self.verify_shape!r}")

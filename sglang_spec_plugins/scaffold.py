@@ -1,10 +1,15 @@
-"""``sglang-spec-plugins new NAME``: write a drafter package that installs with
-pip and passes its own tests (the conformance kit) as generated.
+"""``sglang-spec-plugins new NAME [--draft-model]``: write a drafter package that
+installs with pip and passes its own tests (the conformance kit) as generated.
 
 The package: ``pyproject.toml`` (the entry point in the group
 ``sglang_spec_plugins``, the kit turned on for pytest), ``<module>/plugin.py``
 (the hooks), ``<module>/worker.py`` (the worker SGLang instantiates),
-``tests/test_plugin.py`` and a README saying what the author supplies.
+``tests/test_plugin.py`` and a README saying what the author supplies. With
+``--draft-model`` the drafter has a draft model of its own (a DFlash-layout
+checkpoint from ``--speculative-draft-model-path``): the plugin declares a
+``DraftModel``, its draft runner drafts a block and may verify, the target
+verifies the block's first ``verify_width`` tokens, and the worker is built
+on ``draft_model_worker_base()``.
 """
 
 from __future__ import annotations
@@ -114,6 +119,88 @@ def sgl_spec_draft_may_verify(algorithm, settings):
     return False
 '''
 
+DRAFT_MODEL_PLUGIN = '''\
+"""{algorithm}: the hooks sglang-spec-plugins asks (see sglang_spec_plugins/hookspecs.py), for a
+drafter with its own draft model: a checkpoint in SGLang's DFlash layout, loaded from
+--speculative-draft-model-path (checked at start-up against the target and the block).
+
+Its draft runner drafts a block of --speculative-num-draft-tokens tokens per request in one
+TARGET_VERIFY forward (is_draft_worker=True); the target verifies the block's first
+``verify_width`` (plugins.toml; default: the whole block). This module must import without
+SGLang: anything that needs SGLang goes in worker.py, imported by the worker factory.
+"""
+
+from sglang_spec_plugins import AlgorithmSpec, DraftModel, hookimpl
+
+ALGORITHM = "{algorithm}"
+"""The --speculative-algorithm name; hooks receive it upper case, exactly like this."""
+
+
+def _worker_factory(server_args):
+    from .worker import Worker  # imports SGLang: only ever called inside SGLang's processes
+
+    return Worker
+
+
+@hookimpl
+def sgl_spec_algorithms():
+    # DraftModel(): the target captures the hidden states of the layers the draft config names,
+    # the draft KV pool is counted in the target's KV budget, the draft's CUDA graphs take
+    # input_embeds (what SGLang gives only its DFLASH family otherwise).
+    return [AlgorithmSpec(name=ALGORITHM, worker_factory=_worker_factory, supports_overlap=False,
+                          draft_model=DraftModel())]
+
+
+@hookimpl
+def sgl_spec_verify_width(algorithm, num_draft_tokens, is_draft_worker, settings):
+    """The draft runner's block (is_draft_worker=True), and the first tokens of it the target verifies."""
+    if algorithm != ALGORITHM:
+        return None  # another plugin's algorithm
+    if is_draft_worker:
+        return num_draft_tokens
+    return min(settings.get("verify_width", num_draft_tokens), num_draft_tokens)
+
+
+@hookimpl
+def sgl_spec_draft_may_verify(algorithm, settings):
+    """The draft runner runs TARGET_VERIFY: the block's forward."""
+    if algorithm != ALGORITHM:
+        return None
+    return True
+'''
+
+DRAFT_MODEL_WORKER = '''\
+"""The worker SGLang instantiates for {algorithm} (this module imports SGLang).
+
+draft_model_worker_base() is worker_base() with a draft model: ``self.draft_worker`` and
+``self.draft_runner`` (SGLang's own TpModelWorker / ModelRunner for the checkpoint at
+--speculative-draft-model-path; ``self.draft_runner.model`` is SGLang's DFlash draft model,
+``self.draft_runner.token_to_kv_pool`` its KV pool over the target's token ids), and
+``self.forward_target(batch, capture_hidden_mode)``, the target's forward returning the hidden
+states of the layers the draft config names.
+
+A worker that drafts a block with its draft model, verifies part of it and accepts, token for
+token what SGLang's own DFLASH does: the block-drafter example,
+``examples/dflash_block_drafter/dflash_block_drafter/worker.py`` in the sglang-spec-plugins
+repository. Start from it.
+"""
+
+from sglang_spec_plugins.worker import StepWidths, draft_model_worker_base
+
+
+class Worker(draft_model_worker_base()):
+    def __init__(self, server_args, target_worker, **release_kwargs):
+        super().__init__(server_args, target_worker, **release_kwargs)
+        self.block = StepWidths(self.draft_runner).maximum  # tokens the draft runner drafts per request
+        self.width = StepWidths(self.target_worker.model_runner).maximum  # tokens the target verifies
+
+    def forward_batch_generation(self, batch, **kwargs):
+        """One scheduler step: the prefill through self.forward_target (its hidden states become
+        the draft's context KV); a decode step drafts a block on self.draft_runner, the target
+        verifies self.width tokens of it, and the step returns sglang_spec_plugins.worker.step_result."""
+        raise NotImplementedError("{algorithm}: supply the drafter here")
+'''
+
 WORKER = '''\
 """The worker SGLang instantiates for {algorithm} (this module imports SGLang).
 
@@ -202,6 +289,59 @@ Widths by batch size (fewer tokens per request as the batch grows), from the plu
 '''
 
 
+DRAFT_MODEL_TESTS = '''\
+"""The conformance kit (turned on in pyproject.toml) checks the plugin
+against sglang-spec-plugins and, where SGLang is installed, against SGLang.
+Your own tests of the hooks go here."""
+
+from {module} import plugin
+
+
+def test_the_draft_runner_drafts_the_block_and_the_target_verifies_part_of_it():
+    assert plugin.sgl_spec_verify_width(plugin.ALGORITHM, 16, True, {{"verify_width": 4}}) == 16
+    assert plugin.sgl_spec_verify_width(plugin.ALGORITHM, 16, False, {{"verify_width": 4}}) == 4
+    assert plugin.sgl_spec_verify_width("OTHER", 16, False, {{}}) is None
+'''
+
+DRAFT_MODEL_README = '''\
+# {dist}
+
+The `{algorithm}` speculative-decoding drafter for SGLang, with a draft model of its own, as a
+sglang-spec-plugins plugin (install sglang-spec-plugins from its source tree or a wheel built from it:
+it has no PyPI release yet) (entry point `{module}` in the group `sglang_spec_plugins`).
+
+## What you supply
+
+- `{module}/worker.py`: the worker SGLang instantiates, built on `draft_model_worker_base()`:
+  `forward_batch_generation(batch, **kwargs)` drafts a block with `self.draft_runner`, runs the
+  target's TARGET_VERIFY forward over part of it and accepts (the block-drafter example,
+  `examples/dflash_block_drafter`, does all of it).
+- `{module}/plugin.py`: the widths (the draft runner's block, the target's verify width), the
+  `DraftModel` declaration, `supports_overlap`, and an optional `validate_server_args`.
+
+## Try it
+
+```bash
+pip install -e '.[test]'
+pytest                                   # your tests + the sglang-spec-plugins conformance kit
+sglang-spec-plugins check -n 16 --model-path TARGET --speculative-draft-model-path DRAFT --disable-overlap-schedule
+python -m sglang.launch_server --model-path TARGET --speculative-algorithm {algorithm} \\
+    --speculative-draft-model-path DRAFT --speculative-num-draft-tokens 16 --disable-overlap-schedule
+```
+
+`DRAFT` is a checkpoint in SGLang's DFlash layout (`"architectures": ["DFlashDraftModel"]`, the
+target's `hidden_size`, `dflash_config` with `block_size` 16, `target_layer_ids` and
+`mask_token_id`); a folder holding only its `config.json` serves with random weights under
+`--speculative-draft-load-format dummy`. The target verifies the block's first `verify_width`
+tokens:
+
+```toml
+[algorithms.{algorithm}]
+# verify_width = 4
+```
+'''
+
+
 def names(name: str) -> Dict[str, str]:
     """``dist`` (pip name), ``module`` (import and entry-point name) and
     ``algorithm`` (the upper-case --speculative-algorithm) for ``name``."""
@@ -240,26 +380,27 @@ def _taken(dist: str, module: str) -> str:
     return ""
 
 
-def files(name: str) -> Dict[str, str]:
-    """Relative path -> text of every file of the package ``name``."""
+def files(name: str, draft_model: bool = False) -> Dict[str, str]:
+    """Relative path -> text of every file of the package ``name`` (``draft_model``:
+    a drafter with its own draft model)."""
     n = dict(names(name), framework=__version__)
     module = n["module"]
     return {
         "pyproject.toml": PYPROJECT.format(**n),
-        "README.md": README.format(**n),
+        "README.md": (DRAFT_MODEL_README if draft_model else README).format(**n),
         f"{module}/__init__.py": f'"""The {n["algorithm"]} drafter plugin for sglang-spec-plugins."""\n',
-        f"{module}/plugin.py": PLUGIN.format(**n),
-        f"{module}/worker.py": WORKER.format(**n),
-        "tests/test_plugin.py": TESTS.format(**n),
+        f"{module}/plugin.py": (DRAFT_MODEL_PLUGIN if draft_model else PLUGIN).format(**n),
+        f"{module}/worker.py": (DRAFT_MODEL_WORKER if draft_model else WORKER).format(**n),
+        "tests/test_plugin.py": (DRAFT_MODEL_TESTS if draft_model else TESTS).format(**n),
     }
 
 
-def write(name: str, parent: Path) -> Path:
+def write(name: str, parent: Path, draft_model: bool = False) -> Path:
     """Write the package into ``parent/<name>`` (which must not exist); return it."""
     target = parent / name
     if target.exists():
         raise FileExistsError(f"{target} already exists; choose another name or directory")
-    for rel, text in files(name).items():
+    for rel, text in files(name, draft_model).items():
         path = target / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
@@ -270,7 +411,7 @@ def command(args) -> int:
     """``sglang-spec-plugins new NAME [--dir DIR]``."""
     try:
         n = names(args.name)  # before writing: once written into the working directory, the module is importable
-        target = write(args.name, args.dir)
+        target = write(args.name, args.dir, getattr(args, "draft_model", False))
     except (ValueError, FileExistsError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

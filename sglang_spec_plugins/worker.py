@@ -1,6 +1,7 @@
 """The API for writing a plugin's worker: the one module drafter authors import.
 
-A plugin's ``worker_factory`` returns a class built on :func:`worker_base`;
+A plugin's ``worker_factory`` returns a class built on :func:`worker_base`
+(or, for a worker with its own draft model, :func:`draft_model_worker_base`);
 SGLang instantiates it and calls ``forward_batch_generation(batch, **kwargs)``
 every step. Inside the worker:
 
@@ -14,6 +15,13 @@ every step. Inside the worker:
 * :class:`WidthsByBatchSize`, :class:`WidthSchedule`, :class:`WidthsByAcceptance`
   and :class:`AcceptanceSettings` are what :class:`StepWidths` schedules
   with, pure, for a worker's own tests.
+* :func:`draft_model_worker_base` is the base of a worker with its own draft
+  model (it builds the draft worker and runner);
+* :func:`step_result` (and :func:`idle_result`) is what a greedy-verifying
+  step returns to the scheduler, :func:`verify_positions` and
+  :func:`cache_locations` where a chain's tokens and KV go, and
+  :func:`refuse_unservable` refuses, request by request, what greedy
+  verification cannot serve exactly (:mod:`.engine.greedy_step`).
 
 Importing this module does not import SGLang; the functions do.
 """
@@ -24,8 +32,11 @@ import time
 from typing import Any, Callable, Optional, Tuple
 
 from .engine.algorithm import policy_for, required_policy
+from .engine.draft_worker import draft_model_worker_base
 from .engine.facts import configured_ndt
 from .engine.step_times import StepClock, agreed
+from .engine.greedy_step import (cache_locations, carried_rows, greedy_refusal, idle_result, refuse_unservable,
+                                 step_result, verify_positions)
 from .engine.worker_base import ModelFreeDraftWorker, ModelFreeRunner, worker_base
 from .engine.worker_contract import WorkerContract, check_worker, contract
 from .errors import EngineError, is_plain_int
@@ -152,5 +163,6 @@ class StepWidths:
 
 
 __all__ = ["AcceptanceSettings", "ModelFreeDraftWorker", "ModelFreeRunner", "StepWidths", "WidthSchedule",
-           "WidthsByAcceptance", "WidthsByBatchSize",
-           "WorkerContract", "check_worker", "contract", "policy_for", "worker_base"]
+           "WidthsByAcceptance", "WidthsByBatchSize", "WorkerContract", "cache_locations", "carried_rows",
+           "check_worker", "contract", "draft_model_worker_base", "greedy_refusal", "idle_result", "policy_for",
+           "refuse_unservable", "step_result", "verify_positions", "worker_base"]

@@ -42,7 +42,7 @@ def test_list_json_shows_example_hooks_with_distribution_and_version(env):
     assert [i["plugin"] for i in data["hooks"]["sgl_spec_draft_may_verify"]] == ["dflash_block"]
     assert data["algorithms"]["SBD"]["plugin"] == "sbd"
     assert data["algorithms"]["SBD"]["settings"] == {"verify_width": 8}
-    assert data["algorithms"]["DFLASH_BLOCK"]["supports_overlap"] is True
+    assert data["algorithms"]["DFLASH_BLOCK"]["supports_overlap"] is False
     assert (data["algorithms"]["SBD"]["verify_shape"], data["algorithms"]["SBD"]["capabilities"]) == ("chain", {})
 
 
@@ -90,12 +90,20 @@ def test_check_reports_bad_widths(env, tmp_path):
 
 @pytest.mark.sglang
 def test_check_predicts_sglangs_refusals(env, tmp_path):
-    """The release's overlap rule and the algorithm's own validator, as SGLang applies them."""
-    out = run("check", str(EXAMPLES), "-n", "8", "--json", env=env)
+    """The release's overlap rule, and the start-up check of a draft model against the block, as SGLang applies them."""
+    from sglang_spec_plugins.testing.draft_checkpoint import dflash_draft
+    from sglang_spec_plugins.testing.scheduler_start import TINY_LLAMA
+
+    draft = dflash_draft(tmp_path / "draft", TINY_LLAMA, block_size=16, mask_token_id=3, target_layer_ids=[0])
+    out = run("check", str(EXAMPLES), "-n", "8", "--speculative-draft-model-path", str(draft), "--json", env=env)
     problems = json.loads(out.stdout)["problems"]
     assert out.returncode == 1
-    assert any("algorithm DFLASH_BLOCK: validate_server_args refused --speculative-num-draft-tokens 8: "
-               "ValueError: DFLASH_BLOCK verifies blocks of 16" in p for p in problems), problems
+    block = ("plugin 'dflash_block' (sglang-spec-example-dflash-block==0.1.0): algorithm DFLASH_BLOCK: "
+             f"{draft / 'config.json'} dflash_config.block_size = 16: the draft runner drafts blocks of 8 at "
+             "--speculative-num-draft-tokens 8; serve it with --speculative-num-draft-tokens 16")
+    assert block in problems, problems
+    assert any("algorithm DFLASH_BLOCK: supports_overlap=False: SGLang" in p and "--disable-overlap-schedule" in p
+               for p in problems), problems
 
 
 @pytest.mark.sglang

@@ -103,6 +103,13 @@ def test_template_and_examples_pass_every_check_with_sglang(with_sglang, tmp_pat
     out = pytest_in(with_sglang, tmp_path / "my_drafter")
     for section in ("registry", "start", "worker", "attention"):
         assert f"MY_DRAFTER::sglang_{section} PASSED" in out, out
+    run(with_sglang / "bin" / "python", "-m", "sglang_spec_plugins", "new", "my_block", "--draft-model", "--dir", tmp_path)
+    run(sys.executable, "-m", "pip", "--python", with_sglang / "bin" / "python", "install", "-q", "--no-deps",
+        tmp_path / "my_block")
+    out = pytest_in(with_sglang, tmp_path / "my_block", "-k", "not sglang_attention")
+    assert "test_the_draft_runner_drafts_the_block_and_the_target_verifies_part_of_it PASSED" in out, out
+    for section in ("registry", "start", "worker", "draft_model"):
+        assert f"MY_BLOCK::sglang_{section} PASSED" in out, out
     # the examples' attention at their widths is left out here (CI time): tests/on_sglang covers the backends
     copies = copy_examples(tmp_path)
     for folder, plugin in EXAMPLES.items():

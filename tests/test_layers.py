@@ -142,9 +142,10 @@ def _drafter_sources():
         if path.name == "serve_demo.py" or "build" in path.parts:
             continue  # the operator quick start's demo (it drives the CLI and the CPU harness), build copies
         yield str(path.relative_to(ROOT)), path.read_text()
-    for name, text in scaffold.files("my_drafter").items():
-        if name.endswith(".py"):
-            yield f"new: {name}", text
+    for draft_model in (False, True):
+        for name, text in scaffold.files("my_drafter", draft_model).items():
+            if name.endswith(".py"):
+                yield f"new{' --draft-model' if draft_model else ''}: {name}", text
 
 
 @pytest.mark.parametrize("where,source", list(_drafter_sources()), ids=lambda v: v if "\n" not in v else "")

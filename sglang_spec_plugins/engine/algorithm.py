@@ -27,11 +27,12 @@ def _ndt_of(server_args: Any) -> Optional[int]:
 
 
 class _PolicyMethods:
-    """Methods every plugin algorithm class gets; ``policy`` and
-    ``verify_shape`` are set per class."""
+    """Methods every plugin algorithm class gets; ``policy``,
+    ``verify_shape`` and ``draft_model`` are set per class."""
 
     policy: VerifyPolicy
     verify_shape: str
+    draft_model: Any  # the plugin's DraftModel declaration, or None
     _widths: dict  # the policy's cache, read directly on the hot path
 
     def get_num_tokens_per_req_for_target_verify(self, num_draft_tokens: int, is_draft_worker: bool) -> int:
@@ -58,6 +59,12 @@ class _PolicyMethods:
         ndt = _ndt_of(server_args)
         if ndt is not None:
             self.policy.validate(ndt)
+
+
+def draft_model_of(algorithm: Any) -> Any:
+    """The :class:`~sglang_spec_plugins.draft_model.DraftModel` a plugin
+    algorithm declares; None for any other algorithm or a plugin without one."""
+    return algorithm.draft_model if isinstance(algorithm, _PolicyMethods) else None
 
 
 def policy_of(algorithm: Any) -> Optional[VerifyPolicy]:
@@ -102,15 +109,16 @@ def plugin_base_class(probe: EngineProbe) -> type:
 
 
 def spec_class_for(policy: VerifyPolicy, probe: EngineProbe, verify_shape: str = CHAIN,
-                   capabilities: Mapping[str, bool] = MappingProxyType({})) -> type:
+                   capabilities: Mapping[str, bool] = MappingProxyType({}), draft_model: Any = None) -> type:
     """The class to pass as ``spec_class`` when registering ``policy.algorithm``;
-    ``verify_shape`` and ``capabilities`` are the plugin's declared
-    :class:`AlgorithmSpec` fields. A capability the installed release never
-    asks (see :func:`unasked_capabilities`) is left out."""
+    ``verify_shape``, ``capabilities`` and ``draft_model`` are the plugin's
+    declared :class:`AlgorithmSpec` fields. A capability the installed release
+    never asks (see :func:`unasked_capabilities`) is left out."""
     base = plugin_base_class(probe)
     answers = {name: _answer(value) for name, value in capabilities.items() if hasattr(base, name)}
     return type(f"PluginSpecAlgo_{policy.algorithm}", (base,),
-                {"policy": policy, "_widths": policy.width_cache, "verify_shape": verify_shape, **answers})
+                {"policy": policy, "_widths": policy.width_cache, "verify_shape": verify_shape,
+                 "draft_model": draft_model, **answers})
 
 
 def unasked_capabilities(capabilities: Mapping[str, bool], probe: EngineProbe) -> Tuple[str, ...]:

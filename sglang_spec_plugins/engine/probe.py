@@ -17,7 +17,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import FrozenSet, Optional, Tuple
 
-from .source_text import method_in_file, note
+from .source_text import function_in_file, method_in_file, note
 
 WIDTH_HOOK_NAMES = (
     "get_num_tokens_per_bs_for_target_verify",
@@ -101,11 +101,15 @@ def _older_than_supported(version: str) -> str:
 
 def resolve_method(module_name: str, qualname: str):
     """``(class, attribute, function)`` for ``module:Class.method`` defined on
-    that class itself (imports the module), or None when it is absent."""
+    that class itself, ``(module, name, function)`` for a top-level function
+    ``module:name`` (imports the module), or None when it is absent."""
     if method_source(module_name, qualname) is None:
         return None
     module = importlib.import_module(module_name)  # a broken import raises, it is not "absent"
     owner_name, _, attr = qualname.rpartition(".")
+    if not owner_name:
+        func = getattr(module, attr, None)
+        return (module, attr, func) if inspect.isfunction(func) else None
     owner = getattr(module, owner_name, None)
     func = vars(owner).get(attr) if isinstance(owner, type) else None
     return None if func is None else (owner, attr, func)
@@ -113,14 +117,15 @@ def resolve_method(module_name: str, qualname: str):
 
 @functools.lru_cache(maxsize=None)
 def method_source(module_name: str, qualname: str) -> Optional[str]:
-    """The source of ``module:Class.method`` read from the installed file,
-    without importing anything (SGLang's runner packages take seconds to
-    import, and most processes never need them); None when absent. Only
-    top-level classes and their directly defined methods are found."""
+    """The source of ``module:Class.method`` (or of the top-level function
+    ``module:name``) read from the installed file, without importing anything
+    (SGLang's runner packages take seconds to import, and most processes never
+    need them); None when absent. Only top-level classes and their directly
+    defined methods, and top-level functions, are found."""
     path = source_file(module_name)
     if path is None:
         return None
-    return method_in_file(path, qualname)
+    return method_in_file(path, qualname) if "." in qualname else function_in_file(path, qualname)
 
 
 def source_file(module_name: str) -> Optional[Path]:

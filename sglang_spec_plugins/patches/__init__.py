@@ -5,12 +5,14 @@ apply/revert, all-or-nothing), :mod:`.source_edit` the line edits it makes.
 ``PATCHES`` lists every patch the loader applies, in order.
 """
 
-from . import aiter, backend_gate, capture_input, fa3, runners, triton, trtllm_mha, verify_batch, widths_by_batch_size
+from . import (aiter, backend_gate, capture_input, draft_model, fa3, runners, triton, trtllm_mha, verify_batch,
+               widths_by_batch_size)
 from .plan_cache import planned
 from .unit import Plan, Verdict, apply_all, plan_all, revert_all
 
-PATCHES = (runners.PATCHES + capture_input.PATCHES + trtllm_mha.PATCHES + aiter.PATCHES + fa3.PATCHES
-           + triton.PATCHES + backend_gate.PATCHES + verify_batch.PATCHES + widths_by_batch_size.PATCHES)
+PATCHES = (draft_model.PATCHES + runners.PATCHES + capture_input.PATCHES + trtllm_mha.PATCHES + aiter.PATCHES
+           + fa3.PATCHES + triton.PATCHES + backend_gate.PATCHES + verify_batch.PATCHES + widths_by_batch_size.PATCHES)
+"""Line edits first (``draft_model``: they rebuild SGLang's functions from source), then the wrappers."""
 
 
 def serving_plans(found) -> tuple:

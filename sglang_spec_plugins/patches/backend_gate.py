@@ -22,15 +22,11 @@ that do not verify, build exactly as before.
 from __future__ import annotations
 
 import functools
-import importlib
 import inspect
 import re
-from dataclasses import dataclass
-from typing import Any, Optional, Tuple
+from typing import Tuple
 
 from ..engine.facts import DRAFT, TARGET, configured_ndt, verify_backends
-from ..engine.probe import source_file
-from ..engine.source_text import function_in_file
 from ..errors import EngineError
 from .attention_support import support_at_widths
 from .refusal import refusal, verifying_policy
@@ -39,27 +35,6 @@ from .unit import Target, Verdict, WrapPatch
 
 _MLA_NAMES = {"flashinfer": "flashinfer_mla", "aiter": "aiter_mla"}
 """Registry names whose factory builds another backend for an MLA model."""
-
-
-@dataclass(frozen=True)
-class FunctionTarget(Target):
-    """A module-level function ``module:function`` (the owner is the module:
-    callers in that module find the replacement through its globals)."""
-
-    def resolve(self) -> Optional[Tuple[Any, str, Any]]:
-        if self.source() is None:
-            return None
-        module = importlib.import_module(self.module)
-        func = vars(module).get(self.qualname)
-        return None if func is None else (module, self.qualname, func)
-
-    def source(self) -> Optional[str]:
-        return _function_source(self.module, self.qualname)
-
-
-def _function_source(module_name: str, name: str) -> Optional[str]:
-    path = source_file(module_name)
-    return None if path is None else function_in_file(path, name)
 
 
 def classified_name(backend_str: str, model_runner) -> str:
@@ -125,8 +100,8 @@ GATE = WrapPatch(
     name="backends.gate",
     summary="attention backend factory: refuse a plugin algorithm on a backend that would not verify it right",
     alternatives=(
-        FunctionTarget("sglang.srt.model_executor.model_runner_components.attention_backend_setup",
-                       "_build_full_attention_backend_from_str"),  # 0.5.16+
+        Target("sglang.srt.model_executor.model_runner_components.attention_backend_setup",
+               "_build_full_attention_backend_from_str"),  # 0.5.16+
         Target("sglang.srt.model_executor.model_runner", "ModelRunner._get_attention_backend_from_str"),  # up to 0.5.15
     ),
     condition=_condition,

@@ -15,7 +15,9 @@ custom mask, which a tree-shaped worker's replays would then lack.
 seen, inside that one call, as the built-in algorithm of the plugin's
 declared ``verify_shape`` (DFLASH for ``"chain"``, EAGLE for ``"tree"``),
 and the result is brought to the captured width, asking the target for no
-hidden states (:func:`without_hidden_states` says why). No predicate changes
+hidden states (:func:`without_hidden_states` says why) unless the plugin's
+draft model declares ``capture_target_layers`` (then the target's graphs ask
+every token's, as DFLASH's do). No predicate changes
 anywhere else: the scheduler, memory pools and workers keep seeing the plugin
 algorithm. Built-in algorithms get the original call.
 """
@@ -27,7 +29,7 @@ import functools
 import types
 from typing import Tuple
 
-from ..engine.algorithm import policy_of
+from ..engine.algorithm import draft_model_of, policy_of
 from ..errors import EngineError
 from ..verify_layout import CHAIN, DRAFT_VERIFIES_CHAINS_ONLY, TREE
 from .unit import Target, Verdict, WrapPatch
@@ -150,7 +152,11 @@ def _wrapper(original):
         spec_info = original(seen, num_tokens, *args, **kwargs)
         if algorithm.verify_shape == CHAIN:
             spec_info = _without_needless_mask(spec_info, self)
-        return without_hidden_states(at_width(spec_info, captured_width(self)))
+        spec_info = at_width(spec_info, captured_width(self))
+        declared = draft_model_of(algorithm)
+        if declared is not None and declared.capture_target_layers and not self.model_runner.is_draft_worker:
+            return spec_info  # the target verifies asking every token's hidden states, as DFLASH's capture does
+        return without_hidden_states(spec_info)
 
     return get_spec_info
 

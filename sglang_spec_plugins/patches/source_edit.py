@@ -32,15 +32,18 @@ from ..engine.source_text import function_source
 
 @dataclass(frozen=True)
 class Edit:
-    """Replace the statement line ``old`` with ``new`` (both without indentation)."""
+    """Replace the statement line ``old`` with ``new`` (both without indentation):
+    the one such line, or with ``every`` each of them (at least one)."""
 
     old: str
     new: str
     fixed_markers: Tuple[str, ...]
     why: str
+    every: bool = False
 
     def classify(self, source: str) -> str:
-        if sum(line.strip() == self.old for line in source.splitlines()) == 1:
+        hits = sum(line.strip() == self.old for line in source.splitlines())
+        if hits == 1 or (self.every and hits > 1):
             return "broken"
         if self.old not in source and any(marker in source for marker in self.fixed_markers):
             return "fixed"
@@ -64,11 +67,11 @@ def rebuild(func: types.FunctionType, owner: type, edits: Sequence[Edit]) -> typ
     lines = source_of(func).splitlines(keepends=True)
     for edit in edits:
         hits = [i for i, line in enumerate(lines) if line.strip() == edit.old]
-        if len(hits) != 1:
+        if len(hits) != 1 and not (edit.every and hits):
             raise ValueError(f"{func.__qualname__}: expected the line {edit.old!r} once, found it {len(hits)} times")
-        line = lines[hits[0]]
-        indent = line[: len(line) - len(line.lstrip())]
-        lines[hits[0]] = f"{indent}{edit.new}\n"
+        for hit in hits:
+            indent = lines[hit][: len(lines[hit]) - len(lines[hit].lstrip())]
+            lines[hit] = f"{indent}{edit.new}\n"
     # Parsed at the function's own line numbers (blank lines before it), so no pass over the tree moves them.
     tree = ast.parse("\n" * (func.__code__.co_firstlineno - 1) + "".join(lines))
     node = tree.body[0]

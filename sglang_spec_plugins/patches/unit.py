@@ -17,6 +17,7 @@ no-op; revert restores the original functions and removes injected names.
 
 from __future__ import annotations
 
+import types
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -41,7 +42,7 @@ class Verdict(str, Enum):
 
 @dataclass(frozen=True)
 class Target:
-    """``module:Class.method``."""
+    """``module:Class.method``, or ``module:function`` for a top-level function."""
 
     module: str
     qualname: str
@@ -67,7 +68,7 @@ class Plan:
 
 @dataclass
 class MethodPatch:
-    """Replaces one SGLang method; subclasses say when and with what.
+    """Replaces one SGLang method (or top-level function); subclasses say when and with what.
 
     ``alternatives`` lists, in order, where the method lives across releases:
     the first present target is the one assessed and patched (e.g. the graph
@@ -79,7 +80,11 @@ class MethodPatch:
     summary: str
     alternatives: Tuple[Target, ...]
     injected: Dict[str, Callable] = field(default_factory=dict, kw_only=True)
-    _originals: List[Tuple[type, str, Any, Dict[str, Any]]] = field(default_factory=list, repr=False, kw_only=True)
+    in_place = False
+    """A top-level function's replacement goes in as its code (every copy an
+    ``from ... import`` made runs it), not as the module's attribute (which
+    only callers reading the module's globals see)."""
+    _originals: List[Tuple[Any, str, Any, Dict[str, Any], Any]] = field(default_factory=list, repr=False, kw_only=True)
     _waiting: List[Tuple[str, Callable]] = field(default_factory=list, repr=False, kw_only=True)
 
     @property
@@ -130,8 +135,14 @@ class MethodPatch:
                     raise EngineError(f"patch {self.name}: SGLang {release}: {exc}") from exc
                 saved = {k: func.__globals__[k] for k in self.injected if k in func.__globals__}
                 func.__globals__.update(self.injected)
-                setattr(owner, attr, new)
-                self._originals.append((owner, attr, func, saved))
+                if self.in_place and isinstance(owner, types.ModuleType):  # a top-level function: its code, in place
+                    if new.__code__.co_freevars != func.__code__.co_freevars:
+                        raise EngineError(f"patch {self.name}: SGLang {release}: {target} cannot take new code in place")
+                    self._originals.append((owner, attr, func, saved, func.__code__))
+                    func.__code__ = new.__code__
+                else:
+                    setattr(owner, attr, new)
+                    self._originals.append((owner, attr, func, saved, None))
                 self._waiting.remove((target.module, install))
 
             self._waiting.append((target.module, install))
@@ -144,8 +155,11 @@ class MethodPatch:
             module_name, install = self._waiting.pop()
             on_import.cancel(module_name, install)
         while self._originals:
-            owner, attr, func, saved = self._originals.pop()
-            setattr(owner, attr, func)
+            owner, attr, func, saved, code = self._originals.pop()
+            if code is not None:
+                func.__code__ = code
+            else:
+                setattr(owner, attr, func)
             for key in self.injected:
                 func.__globals__.pop(key, None)
             func.__globals__.update(saved)
@@ -153,9 +167,10 @@ class MethodPatch:
 
 @dataclass
 class FunctionPatch(MethodPatch):
-    """Line edits to one SGLang method (see :mod:`.source_edit`)."""
+    """Line edits to one SGLang method or top-level function (see :mod:`.source_edit`)."""
 
     edits: Tuple[Edit, ...] = ()
+    in_place = True
 
     def assess(self, target: Target, source: str, release: Optional[str]) -> Plan:
         states = {edit: edit.classify(source) for edit in self.edits}

@@ -25,6 +25,8 @@ def predict(
     disable_overlap: bool,
     attention_backend: Optional[str] = None,
     dp_attention: bool = False,
+    model_path: Optional[str] = None,
+    draft_model_path: Optional[str] = None,
 ) -> Dict[str, Any]:
     """``{"version", "summary", "lines", "problems", "backends", "not_run"}`` for the
     installed SGLang (``not_run``: where it is not installed, the plugin code
@@ -34,7 +36,9 @@ def predict(
     (``attention_backend`` alone when the operator names one; a refusal of
     that one is a problem). ``dp_attention``: the server runs attention
     data-parallel (``--enable-dp-attention``, ``--attn-dp-size`` above 1);
-    without ``ndts``, its refusal is judged at the default ndts ``check`` resolved."""
+    without ``ndts``, its refusal is judged at the default ndts ``check`` resolved.
+    ``model_path`` and ``draft_model_path``: its ``--model-path`` and
+    ``--speculative-draft-model-path``, where given."""
     harness = prepare()
     found = probe()
     if not found.installed:
@@ -74,14 +78,14 @@ def predict(
         origin = plugin_set.error(offered.plugin, f"algorithm {name}")
         for ndt in ndts or [None]:
             try:
-                args = server_args(name, ndt, disable_overlap, dp_attention)
+                args = server_args(name, ndt, disable_overlap, dp_attention, model_path, draft_model_path)
             except Exception as exc:
                 lines.append(f"validate_server_args and worker_factory not run for {name}: ServerArgs could not be built here: {type(exc).__name__}: {exc}")
                 args = None
             # what the loader's start-up check (serving/startup_check) will refuse while SGLang resolves its arguments
             problems += [f"{origin}: {line}" for line in faults(
                 offered, policy, args, found.version, ndt=ndt, disable_overlap=disable_overlap, backends=named,
-                dp_attention=dp_attention,
+                dp_attention=dp_attention, draft_config=draft_model_path is not None,
                 release=release, validate=ndt is not None and args is not None, factory=args is not None)]
         if dp_attention and not ndts:  # the widths ``check`` resolved at its default ndts
             refused: Dict[str, int] = {}
@@ -90,6 +94,9 @@ def predict(
                     refused.setdefault(line, ndt)
             problems += [f"{origin}: {line} (found at a default ndt; `check -n {ndt}` shows it alone)"
                          for line, ndt in refused.items()]
+        if offered.spec.draft_model is not None and draft_model_path is None:
+            lines.append(f"{name}: its draft model was not checked (pass --speculative-draft-model-path, and --model-path "
+                         "for the target it drafts for)")
         for ndt in ndts:
             for draft in verifying_workers(policy, ndt):  # a refused width is reported already
                 shape, worker = offered.spec.verify_shape, DRAFT if draft else TARGET
@@ -123,12 +130,13 @@ def attention_backend_choices() -> tuple:
     return ()
 
 
-def server_args(algorithm: str, num_draft_tokens: Any, disable_overlap: bool, dp_attention: bool = False) -> Any:
+def server_args(algorithm: str, num_draft_tokens: Any, disable_overlap: bool, dp_attention: bool = False,
+                model_path: Optional[str] = None, draft_model_path: Optional[str] = None) -> Any:
     """The installed release's own ``ServerArgs`` with the speculative
-    arguments an operator would pass (a placeholder model path: SGLang's
-    argument pipeline stops before anything model-specific)."""
+    arguments an operator would pass (a placeholder model path unless one is
+    given: SGLang's argument pipeline stops before anything model-specific)."""
     from sglang.srt.server_args import ServerArgs
 
-    return ServerArgs(model_path="dummy", speculative_algorithm=algorithm,
+    return ServerArgs(model_path=model_path or "dummy", speculative_algorithm=algorithm,
                       speculative_num_draft_tokens=num_draft_tokens, disable_overlap_schedule=disable_overlap,
-                      enable_dp_attention=dp_attention)
+                      enable_dp_attention=dp_attention, speculative_draft_model_path=draft_model_path)

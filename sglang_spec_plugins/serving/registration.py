@@ -59,7 +59,8 @@ def register_all(
                     offered.name,
                     supports_overlap=offered.spec.supports_overlap,
                     validate_server_args=startup_check.validator(offered, policy, probe.version),
-                    spec_class=spec_class_for(policy, probe, offered.spec.verify_shape, offered.spec.capabilities),
+                    spec_class=spec_class_for(policy, probe, offered.spec.verify_shape, offered.spec.capabilities,
+                                              offered.spec.draft_model),
                 )(offered.spec.worker_factory)
             except (TypeError, ValueError) as exc:
                 raise EngineError(

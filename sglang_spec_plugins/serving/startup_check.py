@@ -30,6 +30,7 @@ from ..engine.facts import DRAFT, TARGET, dp_attention, verify_backends
 from ..errors import ConfigError, PluginError, PluginInterrupted, StartupRefused, show
 from ..plugins import OfferedAlgorithm
 from ..policy import VerifyPolicy
+from .draft_model_check import draft_model_faults
 
 logger = logging.getLogger("sglang_spec_plugins")
 
@@ -37,18 +38,20 @@ BEFORE_WEIGHTS = " (found while SGLang resolved its server arguments, before loa
 
 def faults(offered: OfferedAlgorithm, policy: VerifyPolicy, server_args: Any, version: str, *,
            ndt: Optional[int], disable_overlap: bool, backends: Mapping[str, str], release: Any = None,
-           validate: bool = True, factory: bool = True, dp_attention: bool = False) -> List[str]:
+           validate: bool = True, factory: bool = True, dp_attention: bool = False,
+           draft_config: bool = True) -> List[str]:
     """Everything SGLang would refuse about this algorithm with these
     arguments, one line each, without the plugin's name, in SGLang's order:
     the plugin's ``validate_server_args`` (any exception, ``AssertionError``
     included; SGLang stops there), the overlap rule, the worker factory's
     result against the release's worker contract, widths by batch size with
-    DP attention (``dp_attention``: :func:`~..engine.facts.dp_attention`), and the attention
+    DP attention (``dp_attention``: :func:`~..engine.facts.dp_attention`), a draft model
+    and the DFLASH-only sites it meets (:mod:`.draft_model_check`), and the attention
     ``backends`` (worker -> ``--attention-backend`` name) at the plugin's
     widths at ``ndt`` (those ``policy`` has resolved: resolving them is the
     caller's step, since a width fault is a PluginError of its own).
-    ``validate``/``factory`` False skip the validator/the factory (``check``
-    without arguments to hand them). Raises nothing a plugin causes but an
+    ``validate``/``factory``/``draft_config`` False skip the validator/the
+    factory/the draft checkpoint (``check`` without arguments to hand them). Raises nothing a plugin causes but an
     interrupt (:class:`~..errors.PluginInterrupted`)."""
     from ..engine.worker_contract import contract
 
@@ -61,6 +64,8 @@ def faults(offered: OfferedAlgorithm, policy: VerifyPolicy, server_args: Any, ve
         found += factory_faults(offered, server_args, release)
     if dp_attention:
         found += dp_attention_faults(policy, ndt)
+    if offered.spec.draft_model is not None:
+        found += draft_model_faults(offered, policy, server_args, version, ndt, draft_config)
     return found + backend_faults(offered, policy, version, ndt, backends)
 
 

@@ -25,7 +25,9 @@ ValueError; the worker factory returning a class. Where SGLang is importable
 (each in one fresh process, see :mod:`.on_sglang`): registration with
 SGLang's registry and SGLang's answers; SGLang's own ``create_worker`` with
 the operator command's flags; the worker class against the installed
-release's worker contract; TARGET_VERIFY attention at the plugin's widths
+release's worker contract; for a drafter with its own draft model, its
+worker base, its draft runner's TARGET_VERIFY and the start-up check of a
+DFlash draft of its block; TARGET_VERIFY attention at the plugin's widths
 through each attention backend the kit has a CPU harness for.
 """
 
@@ -130,7 +132,7 @@ class Kit(pytest.Collector):
             if not checks.sglang_importable():
                 pytest.skip("SGLang is not importable here; these checks run where it is")
             answered(*sorted(owned))
-            sections = ("attention",) if section == "attention" else ("registry", "start", "worker")  # attention: slow
+            sections = ("attention",) if section == "attention" else ("registry", "start", "worker", "draft_model")  # attention: slow
             return checks.on_sglang(plugin, cfg, tuple((n, ndts(n)) for n in sorted(owned)), sections)
 
         for name in sorted(owned):
@@ -140,8 +142,9 @@ class Kit(pytest.Collector):
             yield self._item(f"{prefix}::answers", functools.partial(table, name))
             yield self._item(f"{prefix}::pure", functools.partial(_pure, plugin_set, offered, cfg, ndts, table, answered))
             yield self._item(f"{prefix}::worker_factory", functools.partial(_factory, offered, ndts))
-            for section in ("registry", "start", "worker", "attention"):
-                yield self._item(f"{prefix}::sglang_{section}", functools.partial(_section, on_sglang, offered, section))
+            for section in ("registry", "start", "worker", "draft_model", "attention"):
+                if section != "draft_model" or offered.spec.draft_model is not None:
+                    yield self._item(f"{prefix}::sglang_{section}", functools.partial(_section, on_sglang, offered, section))
 
 
 def _pure(plugin_set, offered, cfg, ndts, table, answered) -> None:

@@ -16,6 +16,10 @@ the loader; ``SGLANG_SPEC_PLUGINS`` names the plugin), then per algorithm:
   says the operator must pass ``--disable-overlap-schedule``, and with the
   operator's flags returns the worker class;
 * ``worker``: that class fits the release's worker contract;
+* ``draft_model`` (an algorithm declaring a ``DraftModel``): the class is
+  built on ``draft_model_worker_base()``, its draft runner may verify, and the
+  start-up check accepts a DFlash-layout draft sized for the tiny Llama target
+  with the block the plugin answers (``testing.draft_checkpoint``);
 * ``attention``: per attention backend the kit has a CPU harness for, one
   TARGET_VERIFY batch at each of the plugin's widths, laid out by the
   backend's own metadata code (eager, graph capture, graph replay) with the
@@ -41,7 +45,7 @@ from ..errors import PluginError, SpecPluginError  # noqa: E402
 from ..plugin_calls import report_stream  # noqa: E402
 from .cpu import run_sglang_plugin_loading  # noqa: E402
 
-SECTIONS = ("registry", "start", "worker", "attention")
+SECTIONS = ("registry", "start", "worker", "draft_model", "attention")
 
 ATTENTION_NDT_BATCH = (5, 17, 3)
 """Prefix lengths of the TARGET_VERIFY batch the attention check lays out."""
@@ -171,6 +175,41 @@ def worker_section(name, worker) -> Dict[str, Any]:
     return {"problems": check_worker(worker, found), "class": named, "constructor_kwargs": list(found.constructor_kwargs)}
 
 
+def draft_model_section(offered, policy, ndts, worker) -> Dict[str, Any]:
+    """What a draft-model drafter must be besides a worker (see the module doc)."""
+    import tempfile
+    from pathlib import Path
+
+    from ..engine.probe import probe
+    from ..serving.draft_model_check import draft_model_faults
+    from ..worker import draft_model_worker_base
+    from .draft_checkpoint import dflash_draft
+    from .scheduler_start import TINY_LLAMA
+
+    problems: List[str] = []
+    if worker is not None and not issubclass(worker, draft_model_worker_base()):
+        problems.append(f"it declares a DraftModel, but its worker {worker.__qualname__} is not built on "
+                        "sglang_spec_plugins.worker.draft_model_worker_base(), which builds the draft worker")
+    if not policy.draft_may_verify():
+        problems.append("it declares a DraftModel, but sgl_spec_draft_may_verify is not True: the draft runner drafts "
+                        "in a TARGET_VERIFY forward")
+    ndt = ndts[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        target = Path(tmp, "target")
+        target.mkdir()
+        (target / "config.json").write_text(json.dumps(TINY_LLAMA))
+        policy.validate(ndt)
+        draft = dflash_draft(Path(tmp, "draft"), TINY_LLAMA, block_size=policy.width(ndt, True), mask_token_id=3,
+                             target_layer_ids=[0])
+        args = real_server_args(speculative_algorithm=offered.name, speculative_num_draft_tokens=ndt,
+                                model_path=str(target), speculative_draft_model_path=str(draft),
+                                disable_overlap_schedule=True)
+        problems += [f"the start-up check refuses a DFlash draft of the plugin's own block at "
+                     f"--speculative-num-draft-tokens {ndt}: {p}"
+                     for p in draft_model_faults(offered, policy, args, probe().version, ndt)]
+    return {"problems": problems}
+
+
 def attention_section(name, policy, ndts) -> Dict[str, Any]:
     """Each distinct width at the first accepted ndt through each backend harness."""
     import pytest
@@ -260,6 +299,8 @@ def main(request: Dict[str, Any]) -> Dict[str, Any]:
                 worker = start.pop("worker")
                 found["start"] = start
                 found["worker"] = worker_section(name, worker)
+                if "draft_model" in wanted and offered.spec.draft_model is not None:
+                    found["draft_model"] = draft_model_section(offered, policy, ndts, worker)
             if "attention" in wanted:
                 found["attention"] = attention_section(name, policy, ndts)
         except SpecPluginError as exc:  # an answer refused on SGLang only: the sections left say so

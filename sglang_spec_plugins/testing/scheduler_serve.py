@@ -1,13 +1,17 @@
 """Serve a few greedy requests through SGLang's real ``Scheduler`` on a CPU.
 
 ``python -m sglang_spec_plugins.testing.scheduler_serve [ALGORITHM] [--ndt N]
-[--max-new-tokens N[,N,N]] [--late-after K]`` (``--max-new-tokens``: one for
-every request, or one per request of :data:`PROMPTS` in order: requests that
-finish at different steps make the batch shrink; ``--late-after K``: the last
-request is sent only once ``K`` verify steps have run, so it joins a running
-batch) makes the installed release's real ``Scheduler`` on the
+[--max-new-tokens N[,N,N]] [--late-after K] [--model DIR] [--draft DIR]
+[--config PLUGINS_TOML]`` (``--max-new-tokens``: one for every request, or
+one per request of :data:`PROMPTS` in order: requests that finish at
+different steps make the batch shrink; ``--late-after K``: the last request
+is sent only once ``K`` verify steps have run, so it joins a running batch;
+``--model``/``--draft``: the target and ``--speculative-draft-model-path``
+folders, see :func:`.scheduler_start.make_scheduler`; ``--config``: the
+plugins.toml to load) makes the installed release's real ``Scheduler`` on the
 tiny random Llama of :mod:`.scheduler_start` (``ALGORITHM`` left out: no
-speculative decoding), float32 on SGLang's ``triton`` attention backend (its
+speculative decoding; ``DFLASH``: SGLang's own, with the CPU stand-ins of
+:mod:`.native_dflash`), float32 on SGLang's ``triton`` attention backend (its
 Triton kernels run under ``TRITON_INTERPRET=1``), then serves
 :data:`PROMPTS` the way a server does: the requests go, as
 ``TokenizedGenerateReqInput`` objects, through the ZMQ socket the tokenizer
@@ -50,25 +54,32 @@ TIMEOUT_S = 600
 
 
 def serve(algorithm: Optional[str], ndt: int = 4, max_new_tokens: Union[int, Sequence[int]] = 20,
-          late_after: Optional[int] = None) -> Dict[str, Any]:
+          late_after: Optional[int] = None, model: Optional[str] = None, draft: Optional[str] = None,
+          config: Optional[str] = None) -> Dict[str, Any]:
     """Serve :data:`PROMPTS` (greedy, EOS ignored; ``max_new_tokens`` each, or
     one per request in order; the last one sent after ``late_after`` verify
-    steps) through the real scheduler; the result described in the module doc."""
+    steps) through the real scheduler, on the ``model`` and ``draft`` folders
+    with the ``config`` plugins.toml where given; the result described in the
+    module doc."""
     lengths = [max_new_tokens] * len(PROMPTS) if isinstance(max_new_tokens, int) else list(max_new_tokens)
     if len(lengths) != len(PROMPTS):
         raise ValueError(f"max_new_tokens: one for every request or {len(PROMPTS)}, got {max_new_tokens!r}")
     import zmq
 
     sockets: Dict[str, Any] = {}
+    if config is not None:
+        os.environ["SGLANG_SPEC_PLUGINS_CONFIG"] = str(config)
     began = time.monotonic()
     try:
         scheduler = make_scheduler(algorithm, ndt=ndt, before_init=lambda port_args: bind(port_args, sockets),
+                                   model=model, draft=draft,
                                    attention_backend="triton", dtype="float32", disable_radix_cache=True)
     except Exception as exc:
         return {"served": False, "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()[-3000:]}
     started = time.monotonic()
     failure: List[str] = []
-    verify_steps = _record_verify_steps(scheduler.tp_worker.model_runner)
+    verify_tokens: List[List[int]] = []
+    verify_steps = _record_verify_steps(scheduler.tp_worker.model_runner, verify_tokens)
     chosen_widths = _record_chosen_widths()
 
     def loop():
@@ -103,7 +114,8 @@ def serve(algorithm: Optional[str], ndt: int = 4, max_new_tokens: Union[int, Seq
                 entry["spec_verify_ct"] = int(verify[i]) if verify else 0
     finished = {rid: r for rid, r in results.items() if r.get("done")}
     return {"served": len(finished) == len(PROMPTS) and not failure, "error": failure[0] if failure else None,
-            "requests": finished, "verify_steps": verify_steps, "chosen_widths": chosen_widths,
+            "requests": finished, "verify_steps": verify_steps, "verify_tokens": verify_tokens,
+            "chosen_widths": chosen_widths,
             "init_s": round(started - began, 1),
             "serve_s": round(time.monotonic() - started, 1)}
 
@@ -120,15 +132,18 @@ def bind(port_args, sockets: Dict[str, Any]) -> None:
     sockets["from_scheduler"] = get_zmq_socket(context, zmq.PULL, port_args.tokenizer_ipc_name, True)
 
 
-def _record_verify_steps(model_runner) -> List[List[int]]:
+def _record_verify_steps(model_runner, tokens: Optional[List[List[int]]] = None) -> List[List[int]]:
     """A list that gets ``[batch size, tokens per request]`` of every
-    TARGET_VERIFY ``ForwardBatch`` ``model_runner.forward`` runs from now on."""
+    TARGET_VERIFY ``ForwardBatch`` ``model_runner.forward`` runs from now on
+    (and ``tokens``, where given, each one's input token ids: the verified chains)."""
     steps: List[List[int]] = []
     forward = model_runner.forward
 
     def recording(forward_batch, *args, **kwargs):
         if forward_batch.forward_mode.is_target_verify():
             steps.append([forward_batch.batch_size, forward_batch.input_ids.shape[0] // forward_batch.batch_size])
+            if tokens is not None:
+                tokens.append([int(t) for t in forward_batch.input_ids.tolist()])
         return forward(forward_batch, *args, **kwargs)
 
     model_runner.forward = recording
@@ -176,7 +191,8 @@ def main(argv: List[str]) -> int:
     lengths = [int(n) for n in options.get("--max-new-tokens", "20").split(",")]
     late_after = options.get("--late-after")
     result = serve(algorithm, ndt=int(options.get("--ndt", 4)), max_new_tokens=lengths[0] if len(lengths) == 1 else lengths,
-                   late_after=None if late_after is None else int(late_after))
+                   late_after=None if late_after is None else int(late_after), model=options.get("--model"),
+                   draft=options.get("--draft"), config=options.get("--config"))
     print(json.dumps(result), flush=True)
     sys.stdout.flush()
     os._exit(0)  # the scheduler's loop thread and sockets would keep the process alive

@@ -1,7 +1,7 @@
 """Start SGLang's real ``Scheduler`` on a CPU with a plugin algorithm's worker.
 
 ``python -m sglang_spec_plugins.testing.scheduler_start ALGORITHM [--worker
-module:Class]`` loads the plugins through SGLang's own ``load_plugins()``,
+module:Class] [--ndt N] [--draft DIR]`` loads the plugins through SGLang's own ``load_plugins()``,
 publishes the server arguments where SGLang's ``run_scheduler_process`` does,
 and runs the installed release's whole ``Scheduler.__init__``: the real
 ``TpModelWorker`` (a two-layer random Llama made here, ``load_format=dummy``,
@@ -13,7 +13,9 @@ server does before its first request (CUDA graphs off: there is no CUDA;
 the graph-capture steps run and capture nothing). ``--worker`` replaces the algorithm's
 factory with one returning that class. It prints one JSON line: ``started``
 and what the scheduler holds, or the exception and the SGLang frames it
-went through.
+went through; ``kv_bytes_per_token``, the KV bytes per token each pool
+configurator budgeted the memory with (the target's, and the draft's where
+SGLang counts it).
 
 One process per start: ``Scheduler.__init__`` sets up torch.distributed,
 ZMQ sockets and a watchdog thread once per process. Stand-ins: only the GPU
@@ -49,14 +51,18 @@ CUDA nor a CPU-engine build, ``sgl_kernel.kvcacheio`` by the host memory pool
 up to 0.5.12. Stand-ins only where the package is not installed."""
 
 
-def start(algorithm: str, worker: Optional[str] = None, ndt: int = 4) -> Dict[str, Any]:
-    """Run ``Scheduler.__init__`` in this process (see the module doc)."""
-    try:
-        scheduler = make_scheduler(algorithm, worker, ndt)
+def start(algorithm: str, worker: Optional[str] = None, ndt: int = 4, draft: Optional[str] = None) -> Dict[str, Any]:
+    """Run ``Scheduler.__init__`` in this process (see the module doc; ``draft``:
+    the ``--speculative-draft-model-path`` folder)."""
+    cell_sizes: List[int] = []
+    try:  # the spy goes on once the loader has patched the configurator
+        scheduler = make_scheduler(algorithm, worker, ndt, draft=draft, before_init=lambda _: _record_cell_sizes(cell_sizes),
+                                   **({"attention_backend": "triton"} if draft else {}))  # a draft runner's: on a CPU
     except Exception as exc:
         return {"started": False, "error": f"{type(exc).__name__}: {exc}", "frames": _sglang_frames(exc)}
     spec = scheduler.draft_worker
     return {
+        "kv_bytes_per_token": cell_sizes,
         "started": True,
         "target_worker": type(scheduler.tp_worker).__name__,
         "spec_worker": f"{type(spec).__module__}.{type(spec).__qualname__}",
@@ -67,11 +73,16 @@ def start(algorithm: str, worker: Optional[str] = None, ndt: int = 4) -> Dict[st
 
 
 def make_scheduler(algorithm: Optional[str], worker: Optional[str] = None, ndt: int = 4,
-                   before_init: Optional[Callable[[Any], None]] = None, **server_args: Any):
+                   before_init: Optional[Callable[[Any], None]] = None, model: Optional[Path] = None,
+                   draft: Optional[Path] = None, **server_args: Any):
     """The installed release's real ``Scheduler`` on the tiny Llama (see the
     module doc); ``algorithm`` None starts it without speculative decoding.
-    ``server_args`` add to or replace the defaults (names a release lacks are
-    dropped); ``before_init(port_args)`` runs just before ``Scheduler.__init__``."""
+    ``model``: a target folder instead (its ``config.json``, and its weights
+    where it has a ``model.safetensors``, else dummy weights); ``draft``: the
+    ``--speculative-draft-model-path`` folder (dummy weights unless it has a
+    ``model.safetensors``). ``server_args`` add to or replace the defaults
+    (names a release lacks are dropped); ``before_init(port_args)`` runs just
+    before ``Scheduler.__init__``."""
     os.environ.setdefault("TRITON_INTERPRET", "1")  # SGLang's Triton kernels (KV-pool warm-up) run interpreted
     from .cpu import absent_kernel_package, install_stand_ins, run_sglang_plugin_loading
 
@@ -80,6 +91,10 @@ def make_scheduler(algorithm: Optional[str], worker: Optional[str] = None, ndt: 
         if importlib.util.find_spec(package) is None:
             absent_kernel_package(_SysModules(), package, *submodules)
     run_sglang_plugin_loading()
+    if algorithm == "DFLASH":  # SGLang's own, the reference: its CPU stand-ins edit after the loader's patches
+        from .native_dflash import serve_dflash_on_cpu
+
+        serve_dflash_on_cpu()
 
     from sglang.srt.server_args import PortArgs, ServerArgs
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
@@ -92,13 +107,17 @@ def make_scheduler(algorithm: Optional[str], worker: Optional[str] = None, ndt: 
             module, _, name = worker.partition(":")
             cls = getattr(importlib.import_module(module), name)
             algo.factory = lambda server_args: cls
-    model = Path(tempfile.mkdtemp(prefix="tiny-llama-"))
-    (model / "config.json").write_text(json.dumps(TINY_LLAMA))
-    fields = dict(model_path=str(model), load_format="dummy", device="cpu", skip_tokenizer_init=True,
+    written = None
+    if model is None:
+        model = written = Path(tempfile.mkdtemp(prefix="tiny-llama-"))
+        (model / "config.json").write_text(json.dumps(TINY_LLAMA))
+    fields = dict(model_path=str(model), load_format=_load_format(model), device="cpu", skip_tokenizer_init=True,
                   speculative_algorithm=algorithm, disable_overlap_schedule=not supports_overlap,
                   max_total_tokens=2048, disable_cuda_graph=True, disable_piecewise_cuda_graph=True)
     if algorithm is not None:
         fields["speculative_num_draft_tokens"] = ndt
+    if draft is not None:
+        fields.update(speculative_draft_model_path=str(draft), speculative_draft_load_format=_load_format(draft))
     fields.update(server_args)
     known = set(inspect.signature(ServerArgs).parameters)  # graph flags differ by release
     args = ServerArgs(**{name: value for name, value in fields.items() if name in known})
@@ -114,7 +133,13 @@ def make_scheduler(algorithm: Optional[str], worker: Optional[str] = None, ndt: 
     try:
         return Scheduler(args, port_args, **ranks)
     finally:
-        shutil.rmtree(model, ignore_errors=True)
+        if written is not None:
+            shutil.rmtree(written, ignore_errors=True)
+
+
+def _load_format(folder: Path) -> str:
+    """``auto`` for a folder holding weights, ``dummy`` for one holding only a config."""
+    return "auto" if (Path(folder) / "model.safetensors").is_file() else "dummy"
 
 
 class _SysModules:
@@ -141,6 +166,24 @@ def _publish(args) -> None:
     publish(args, role="scheduler", **extra)
 
 
+def _record_cell_sizes(sizes: List[int]) -> None:
+    """Have ``sizes`` get the KV bytes per token each of SGLang's pool
+    configurators (``model_executor/pool_configurator.DefaultPoolConfigurator``)
+    budgets the memory with: the target's, the draft pool's included where
+    SGLang counts it. Nothing where the release has no such class."""
+    try:
+        from sglang.srt.model_executor.pool_configurator import DefaultPoolConfigurator
+    except ImportError:
+        return
+    init = DefaultPoolConfigurator.__init__
+
+    def recording(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        sizes.append(int(self._cell_size))
+
+    DefaultPoolConfigurator.__init__ = recording
+
+
 def _sglang_frames(exc: BaseException) -> List[str]:
     """``file:line function`` of each frame of the traceback inside ``sglang/srt``."""
     frames = traceback.extract_tb(exc.__traceback__)
@@ -149,10 +192,9 @@ def _sglang_frames(exc: BaseException) -> List[str]:
 
 
 def main(argv: List[str]) -> int:
-    algorithm, worker = argv[0], None
-    if len(argv) > 2 and argv[1] == "--worker":
-        worker = argv[2]
-    result = start(algorithm, worker)
+    algorithm = argv[0]
+    options = dict(zip(argv[1::2], argv[2::2]))
+    result = start(algorithm, options.get("--worker"), int(options.get("--ndt", 4)), options.get("--draft"))
     print(json.dumps(result), flush=True)
     sys.stdout.flush()
     os._exit(0)  # the scheduler's threads and sockets would keep the process alive

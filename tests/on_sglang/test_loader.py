@@ -40,7 +40,7 @@ def test_load_plugins_registers_plugin_algorithms(sglang_loaded):
     assert isinstance(sbd, CustomSpecAlgo)
     assert sbd.name == "SBD" and type(sbd).policy.plugin == "sbd"
     assert sbd.supports_overlap is False
-    assert spec_algorithm().from_string("DFLASH_BLOCK").supports_overlap is True
+    assert spec_algorithm().from_string("DFLASH_BLOCK").supports_overlap is False
 
 
 def test_sglang_does_not_know_the_algorithm_without_the_loader(sglang_loaded):
@@ -143,8 +143,8 @@ def test_bad_width_is_refused_when_sglang_hands_over_server_args(sglang_loaded, 
         wide.handle_server_args(types.SimpleNamespace(speculative_num_draft_tokens=4))
     block = spec_algorithm().from_string("DFLASH_BLOCK")
     with pytest.raises(PluginError, match=r"plugin 'dflash_block' \(sglang-spec-example-dflash-block==0.1.0\): algorithm "
-                       r"DFLASH_BLOCK: validate_server_args refused --speculative-num-draft-tokens 8: ValueError: DFLASH_BLOCK verifies blocks of 16"):
-        block.validate_server_args(types.SimpleNamespace(speculative_num_draft_tokens=8))
+                       r"DFLASH_BLOCK: .*--speculative-draft-model-path is not set; the worker loads its draft model from it"):
+        block.validate_server_args(types.SimpleNamespace(speculative_num_draft_tokens=8, disable_overlap_schedule=True))
     block.handle_server_args(types.SimpleNamespace(speculative_num_draft_tokens=16))
 
 

@@ -1,1 +1,1 @@
-"""Example DFLASH-style block drafter plugin for sglang-spec-plugins."""
+"""DFLASH_BLOCK: a DFLASH-style block drafter with its own DFlash draft model, for sglang-spec-plugins."""

@@ -1,11 +1,32 @@
-"""A DFLASH-style block-diffusion drafter as a plugin, written as a class.
+"""DFLASH_BLOCK: a DFLASH-style block drafter with a draft model of its own.
 
-The drafter proposes a block of ``block_size`` tokens (setting, default 16)
-and its own model runner runs TARGET_VERIFY over the block, so it answers
-yes to draft-may-verify and verifies exactly one block per request.
+Each decode step its draft model (SGLang's DFlash draft model, the layout a
+published DFlash checkpoint has) drafts a block of ``B`` tokens per request
+in one TARGET_VERIFY forward on its own draft runner, and the target
+verifies the first ``W <= B`` of them (``worker.py``): the draft runner's
+width and the target's differ, which the width hook's ``is_draft_worker``
+tells apart. Greedy decoding with it gives exactly the tokens plain greedy
+decoding gives; at ``W = B`` it drafts and verifies as SGLang's own
+``--speculative-algorithm DFLASH`` does.
+
+Settings (``[algorithms.DFLASH_BLOCK]`` in plugins.toml):
+
+* ``block_size``: tokens the draft runner drafts per request, ``B``
+  (default, and at most: ``--speculative-num-draft-tokens``, the KV slots the
+  scheduler reserves per step; SGLang's DFLASH always drafts that many); it
+  must be the draft checkpoint's ``block_size``;
+* ``verify_width``: tokens the target verifies per request, the block's
+  first ``W`` (default, and at most: the whole block). Serving it (SGLang 0.5.14+):
+``--speculative-algorithm DFLASH_BLOCK --speculative-draft-model-path DRAFT
+--speculative-num-draft-tokens B --disable-overlap-schedule`` (the worker
+runs synchronously; one GPU per model, ``--tp-size 1``). The draft
+checkpoint is checked while SGLang resolves its arguments (architecture,
+hidden size, block size, mask token). Requests it cannot serve exactly
+(sampling with temperature > 0, penalties, logprobs, grammars, ...) are
+refused one by one; the server goes on.
 """
 
-from sglang_spec_plugins import AlgorithmSpec, hookimpl
+from sglang_spec_plugins import AlgorithmSpec, DraftModel, hookimpl
 
 ALGORITHM = "DFLASH_BLOCK"
 
@@ -17,8 +38,11 @@ def _worker_factory(server_args):
 
 
 def _validate(server_args):
-    if getattr(server_args, "speculative_num_draft_tokens", None) not in (None, 16):
-        raise ValueError("DFLASH_BLOCK verifies blocks of 16: set --speculative-num-draft-tokens 16")
+    """The drafts come from the target's LM head on one rank (no vocabulary gather across TP ranks)."""
+    tp_size = getattr(server_args, "tp_size", 1) or 1
+    if tp_size != 1:
+        raise ValueError(f"{ALGORITHM} drafts with the target's LM head on one GPU: serve it with --tp-size 1, "
+                         f"not {tp_size}")
 
 
 class DFlashBlockPlugin:
@@ -26,26 +50,15 @@ class DFlashBlockPlugin:
 
     @hookimpl
     def sgl_spec_algorithms(self):
-        return [
-            AlgorithmSpec(
-                name=ALGORITHM,
-                worker_factory=_worker_factory,
-                supports_overlap=True,
-                validate_server_args=_validate,
-            )
-        ]
+        return [AlgorithmSpec(name=ALGORITHM, worker_factory=_worker_factory, supports_overlap=False,
+                              validate_server_args=_validate, draft_model=DraftModel())]
 
     @hookimpl
-    def sgl_spec_verify_width(self, algorithm, settings):
+    def sgl_spec_verify_width(self, algorithm, num_draft_tokens, is_draft_worker, settings):
         if algorithm != ALGORITHM:
             return None
-        return settings.get("block_size", 16)
-
-    @hookimpl
-    def sgl_spec_max_verify_width(self, algorithm, num_draft_tokens, settings):
-        if algorithm != ALGORITHM:
-            return None
-        return max(num_draft_tokens, settings.get("block_size", 16))
+        block = min(settings.get("block_size", num_draft_tokens), num_draft_tokens)
+        return block if is_draft_worker else min(settings.get("verify_width", block), block)
 
     @hookimpl
     def sgl_spec_draft_may_verify(self, algorithm):

@@ -1,14 +1,198 @@
-"""The block drafter's worker SGLang instantiates (this module imports SGLang);
-see ``sbd_drafter.worker``."""
+"""The DFLASH_BLOCK worker SGLang instantiates (this module imports SGLang).
 
-from sglang_spec_plugins.worker import worker_base
+State between steps is SGLang's: the draft KV pool holds, for every token of
+a request whose KV the target has written (``batch.seq_lens`` of them), the
+draft's K/V projected from the target's captured hidden states of that
+token; the request's last token (the root, ``req.output_ids[-1]``) is not
+yet in either KV. One decode step, for a block of ``B`` tokens (the draft
+runner's width) and a verify width ``W <= B`` (the target's):
+
+1. the block ``[root, mask x (B - 1)]`` at positions ``seq_len .. seq_len + B - 1``
+   goes through the draft model in one TARGET_VERIFY forward on the draft
+   runner (``input_embeds``: the target's embedding of the block; the draft
+   attends non-causally within the block and to the context's draft KV, and
+   writes the block's K/V into the slots the scheduler reserved);
+2. the target's LM head turns the block's positions 1.. into ``B - 1`` drafts
+   (greedy; SGLang's DFLASH does the same);
+3. the target verifies ``[root, d_1 .. d_{W-1}]`` causally in its own
+   TARGET_VERIFY (the first ``W`` of the block's slots), returning every
+   token's captured hidden states;
+4. greedy acceptance (SGLang's ``compute_dflash_correct_drafts_and_bonus``)
+   commits ``c`` tokens, ``1 <= c <= W``; the hidden states of the ``c``
+   verified tokens whose target KV is now valid are projected into the draft
+   KV at their slots (overwriting the block's), as DFLASH does. The slots
+   past ``seq_len + c`` keep stale K/V no step reads: each forward reads only
+   up to its request's ``seq_len`` and writes its own block first.
+
+The prefill is the target's own (it samples the first token), asking for the
+captured hidden states, which become the prompt's draft KV. Requests greedy
+verification cannot serve exactly are refused one by one at their prefill.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardBatch, ForwardMode
+from sglang.srt.speculative.dflash_info import DFlashVerifyInput
+import torch
+
+from sglang_spec_plugins.worker import (StepWidths, cache_locations, draft_model_worker_base, greedy_refusal,
+                                        idle_result, refuse_unservable, step_result, verify_positions)
+
+from .plugin import ALGORITHM
 
 
-class DFlashBlockWorker(worker_base()):
-    """Placeholder: a real block drafter proposes a block of ``block_size``
-    tokens and verifies it in its own model runner (draft-may-verify).
-    ``supports_overlap=True``: a real worker must then take part in overlap
-    scheduling (the ``on_publish`` callback the scheduler passes)."""
+def _sglang(name: str, *modules: str):
+    """``name`` from the first of ``modules`` (where a release keeps it) that has it."""
+    for module in modules:
+        try:
+            found = getattr(importlib.import_module(module), name, None)
+        except ImportError:
+            continue
+        if found is not None:
+            return found
+    raise ImportError(f"this SGLang has no {name} (looked in {', '.join(modules)})")
+
+
+accept_greedy = _sglang("compute_dflash_correct_drafts_and_bonus",
+                        "sglang.kernels.ops.speculative.dflash", "sglang.srt.speculative.dflash_utils")
+"""SGLang's greedy rule: drafts accepted while each equals the target's prediction before it (0.5.23 moved it)."""
+parse_draft_config = _sglang("parse_dflash_draft_config", "sglang.srt.speculative.dflash_utils")
+fused_kv_helper = _sglang("FusedKVMaterializeHelper", "sglang.kernels.ops.speculative.fused_kv_materialize",
+                          "sglang.srt.speculative.triton_ops.fused_kv_materialize")
+can_fuse_qkv = _sglang("can_dflash_use_fused_qkv_proj", "sglang.srt.speculative.dflash_utils")
+
+
+class DFlashBlockWorker(draft_model_worker_base()):
+    """Drafts a block with its DFlash draft model, verifies ``W <= B`` of it, accepts greedily."""
+
+    def __init__(self, server_args, target_worker, **release_kwargs):
+        super().__init__(server_args, target_worker, **release_kwargs)
+        self.block = StepWidths(self.draft_runner).maximum  # B: the draft runner's TARGET_VERIFY width
+        self.width = StepWidths(target_worker.model_runner).maximum  # W: the target's
+        config = parse_draft_config(draft_hf_config=self.draft_runner.model_config.hf_config)
+        self.mask_token_id = int(config.mask_token_id)
+        self.draft_model = self.draft_runner.model
+        target = target_worker.model_runner.model
+        self.embedding = target.get_input_embeddings()
+        self.lm_head = target.lm_head
+        self.device = target_worker.model_runner.device
+        self.fused = self._fused_kv()
+        self.block_input = DFlashVerifyInput(  # what the draft runner's TARGET_VERIFY is laid out by (B per request)
+            draft_token=torch.empty((0,), dtype=torch.long, device=self.device),
+            positions=torch.empty((0,), dtype=torch.int64, device=self.device),
+            draft_token_num=self.block, custom_mask=None, capture_hidden_mode=CaptureHiddenMode.NULL)
+
+    def _fused_kv(self):
+        """SGLang's fused (Triton) context-KV writer for the draft's layers, where
+        they qualify as DFLASH requires (fused QKV, unit K/V scales, neox RoPE); else None."""
+        layers = self.draft_model.layers
+        if not layers or not getattr(self.draft_model, "supports_fused_context_kv", True):
+            return None
+        for layer in layers:
+            attn = layer.self_attn
+            if not can_fuse_qkv(attn.qkv_proj)[0] or not getattr(attn.rotary_emb, "is_neox_style", True):
+                return None
+            scales = (getattr(attn.attn, "k_scale", None), getattr(attn.attn, "v_scale", None))
+            if any(s is not None and float(s) != 1.0 for s in scales):
+                return None
+        first = layers[0].self_attn
+        return fused_kv_helper(layers=layers, rotary_emb=first.rotary_emb, num_kv_heads=first.num_kv_heads,
+                               head_dim=first.head_dim, device=self.device,
+                               max_position_hint=self.target_worker.model_runner.model_config.context_len + self.block)
 
     def forward_batch_generation(self, batch, **kwargs):
-        raise NotImplementedError("dflash_block_drafter is an example of the plugin contract; it carries no model")
+        if batch.forward_mode.is_idle():
+            return idle_result(self.device, self.width)
+        if batch.forward_mode.is_extend() or getattr(batch, "is_extend_in_batch", False):
+            return self._prefill(batch)
+        return self._decode(batch)
+
+    def _prefill(self, batch):
+        refuse_unservable(batch, lambda req: greedy_refusal(req, ALGORITHM))
+        out = self.forward_target(batch, CaptureHiddenMode.FULL)
+        positions = torch.cat([torch.arange(start, start + length, dtype=torch.int64)
+                               for start, length in zip(batch.prefix_lens, batch.extend_lens)]).to(self.device)
+        self._write_context_kv(out.logits_output.hidden_states, batch.out_cache_loc.to(torch.int64), positions)
+        out.logits_output.hidden_states = None
+        first = out.next_token_ids
+        accept_lens = torch.ones(len(batch.reqs), dtype=torch.int32, device=first.device)
+        return step_result(out.logits_output, first.unsqueeze(1), accept_lens, batch.seq_lens.clone(),
+                           out.can_run_cuda_graph, self.width)
+
+    def _decode(self, batch):
+        bs, width = len(batch.reqs), self.width
+        root = torch.tensor([req.output_ids[-1] for req in batch.reqs], dtype=torch.int64).to(self.device)
+        positions = verify_positions(batch.seq_lens, self.block)
+        slots = cache_locations(batch.req_to_token_pool.req_to_token, batch.req_pool_indices, positions)
+        block = torch.full((bs, self.block), self.mask_token_id, dtype=torch.int64, device=self.device)
+        block[:, 0] = root
+        chain = torch.cat([root.unsqueeze(1), self._draft(batch, block, positions, slots)[:, : width - 1]], dim=1)
+
+        batch.out_cache_loc = slots[:, :width].flatten()
+        batch.input_ids = chain.flatten()
+        batch.forward_mode = ForwardMode.TARGET_VERIFY
+        batch.spec_info = DFlashVerifyInput(draft_token=batch.input_ids, positions=positions[:, :width].flatten(),
+                                            draft_token_num=width, custom_mask=None,
+                                            capture_hidden_mode=CaptureHiddenMode.FULL)
+        out = self.forward_target(batch, is_verify=True)
+        logits = out.logits_output
+        predicted = torch.argmax(logits.next_token_logits, dim=-1).view(bs, width)
+        accepted, _ = accept_greedy(candidates=chain, target_predict=predicted)
+        commit = (accepted + 1).to(torch.int32)
+        kept = torch.arange(width, device=self.device).unsqueeze(0) < commit.unsqueeze(1)
+        self._write_context_kv(logits.hidden_states.view(bs, width, -1)[kept], slots[:, :width][kept],
+                               positions[:, :width][kept])
+        logits.hidden_states = None
+        batch.forward_mode = ForwardMode.DECODE
+        return step_result(logits, predicted, commit, batch.seq_lens + commit.to(batch.seq_lens.dtype),
+                           out.can_run_cuda_graph, width)
+
+    def _draft(self, batch, block, positions, slots):
+        """``B - 1`` drafts per request: one TARGET_VERIFY forward of the block on
+        the draft runner, then the target's LM head, greedy."""
+        bs = block.shape[0]
+        host_lens = (batch.seq_lens_cpu if getattr(batch, "seq_lens_cpu", None) is not None
+                     else batch.seq_lens.cpu()).to(torch.int32) + self.block  # a host bound of what is read
+        forward_batch = ForwardBatch(
+            forward_mode=ForwardMode.TARGET_VERIFY, batch_size=bs, input_ids=block.flatten(),
+            req_pool_indices=batch.req_pool_indices, seq_lens=batch.seq_lens, out_cache_loc=slots.flatten(),
+            seq_lens_sum=int(host_lens.sum()), seq_lens_cpu=host_lens, positions=positions.flatten(),
+            input_embeds=self.embedding(block).view(bs * self.block, -1),
+            spec_algorithm=self.draft_runner.spec_algorithm, spec_info=self.block_input,
+            capture_hidden_mode=CaptureHiddenMode.NULL)
+        with torch.inference_mode():
+            hidden = self.draft_runner.forward(forward_batch).logits_output.hidden_states
+        hidden = hidden.view(bs, self.block, -1)[:, 1:, :].reshape(bs * (self.block - 1), -1)
+        weight = self.lm_head.weight
+        shard = getattr(self.lm_head, "shard_indices", None)
+        vocab = int(shard.num_org_elements) if shard is not None else weight.shape[0]
+        logits = torch.matmul(hidden.to(weight.dtype), weight[:vocab].T)
+        return torch.max(logits, dim=-1)[1].view(bs, self.block - 1)  # as DFLASH's greedy draft sampler
+
+    def _write_context_kv(self, target_hidden, cache_loc, positions):
+        """The draft's K/V at ``cache_loc`` for context tokens at ``positions``,
+        from the target's captured hidden states of them (``project_target_hidden``,
+        then each draft layer's K/V projection, K norm and RoPE: SGLang's
+        DFlash draft model's own methods, or its fused writer)."""
+        if target_hidden is None or target_hidden.numel() == 0:
+            return
+        pool = self.draft_runner.token_to_kv_pool
+        model = self.draft_model
+        with torch.inference_mode():
+            context = model.project_target_hidden(target_hidden)
+            if self.fused is not None:
+                def write(index, k, v):
+                    attn = model.layers[index].self_attn.attn
+                    pool.set_kv_buffer(attn, cache_loc, k, v, attn.k_scale, attn.v_scale)
+
+                self.fused.materialize(ctx_hidden=context, positions=positions, write_layer_kv=write)
+                return
+            prepare = getattr(model, "prepare_context_hidden_for_kv", None)  # 0.5.16+
+            for layer in model.layers:
+                attn = layer.self_attn
+                k, v = attn.kv_proj_only(prepare(layer, context) if prepare is not None else context)
+                k = attn.apply_k_rope(positions, attn.apply_k_norm(k))
+                pool.set_kv_buffer(attn.attn, cache_loc, k.view(-1, attn.num_kv_heads, attn.head_dim),
+                                   v.view(-1, attn.num_kv_heads, attn.head_dim), attn.attn.k_scale, attn.attn.v_scale)

@@ -1,17 +1,29 @@
-"""The block drafter's own tests; the conformance kit (pyproject.toml) adds its checks."""
+"""The block drafter's hooks; the conformance kit (pyproject.toml) adds its checks, and
+tests/on_sglang/test_draft_model_serve.py serves it through SGLang's real scheduler."""
 
 import pytest
 
 from dflash_block_drafter.plugin import plugin
+from sglang_spec_plugins import DraftModel
 
 
-def test_verifies_one_block_in_the_draft_worker():
-    assert plugin.sgl_spec_verify_width("DFLASH_BLOCK", {}) == 16
+def test_the_draft_runner_drafts_the_block_and_the_target_verifies_its_first_verify_width():
+    assert plugin.sgl_spec_verify_width("DFLASH_BLOCK", 16, True, {"verify_width": 4}) == 16
+    assert plugin.sgl_spec_verify_width("DFLASH_BLOCK", 16, False, {"verify_width": 4}) == 4
+    assert plugin.sgl_spec_verify_width("DFLASH_BLOCK", 16, False, {}) == 16
+    assert plugin.sgl_spec_verify_width("DFLASH_BLOCK", 16, True, {"block_size": 8}) == 8  # a block below ndt
+    assert plugin.sgl_spec_verify_width("DFLASH_BLOCK", 16, False, {"block_size": 8}) == 8
+    assert plugin.sgl_spec_verify_width("DFLASH_BLOCK", 4, False, {"verify_width": 8}) == 4  # never past the block
+    assert plugin.sgl_spec_verify_width("SBD", 16, False, {}) is None
     assert plugin.sgl_spec_draft_may_verify("DFLASH_BLOCK") is True
     assert plugin.sgl_spec_draft_may_verify("SBD") is None
 
 
-def test_refuses_other_num_draft_tokens():
+def test_declares_a_dflash_layout_draft_model_and_refuses_tensor_parallel_drafting():
     [spec] = plugin.sgl_spec_algorithms()
-    with pytest.raises(ValueError, match="blocks of 16"):
-        spec.validate_server_args(type("Args", (), {"speculative_num_draft_tokens": 8})())
+    assert spec.draft_model == DraftModel() and spec.draft_model.layout == "dflash"
+    assert spec.supports_overlap is False
+    spec.validate_server_args(type("Args", (), {"tp_size": 1})())
+    with pytest.raises(ValueError, match=r"DFLASH_BLOCK drafts with the target's LM head on one GPU: serve it with "
+                                         r"--tp-size 1, not 2"):
+        spec.validate_server_args(type("Args", (), {"tp_size": 2})())

@@ -1,24 +1,13 @@
-"""Tensor math of one chain verify step (torch only, no SGLang).
+"""Greedy acceptance of one chain verify step (torch only, no SGLang).
 
 A request verifies ``width`` tokens in a chain: its last accepted token (the
 root, whose KV is not yet written) followed by ``width - 1`` drafts, at
-positions ``seq_len .. seq_len + width - 1``.
+positions ``seq_len .. seq_len + width - 1`` (``sglang_spec_plugins.worker.verify_positions``).
 """
 
 from __future__ import annotations
 
 import torch
-
-
-def verify_positions(seq_lens: torch.Tensor, width: int) -> torch.Tensor:
-    """``(bs, width)`` positions of the chain: ``seq_lens[i] + j``."""
-    return seq_lens.to(torch.int64).unsqueeze(1) + torch.arange(width, device=seq_lens.device, dtype=torch.int64)
-
-
-def cache_locations(req_to_token: torch.Tensor, req_pool_indices: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    """``(bs, width)`` KV slots of the chain's tokens: the request's row of
-    ``req_to_token`` at those positions (slots the scheduler reserved ahead)."""
-    return req_to_token[req_pool_indices.to(torch.int64).unsqueeze(1), positions].to(torch.int64)
 
 
 def accept_greedy(drafts: torch.Tensor, predicted: torch.Tensor) -> torch.Tensor:
@@ -34,14 +23,3 @@ def accept_greedy(drafts: torch.Tensor, predicted: torch.Tensor) -> torch.Tensor
     """
     matches = (drafts[:, 1:] == predicted[:, :-1]).to(torch.int32)
     return (matches.cumprod(dim=1).sum(dim=1) + 1).to(torch.int32)
-
-
-def carried_rows(rows: torch.Tensor, stride: int) -> torch.Tensor:
-    """``rows`` ``(bs, width)`` padded with zeros to ``(bs, stride)``, ``stride >= width``.
-
-    What a step carries to the next is filtered (finished requests leave) and
-    merged (new requests join) by SGLang as flat rows of one stride; with a
-    width that changes between steps, every step carries rows of the largest
-    width, so rows of different steps line up. The scheduler reads only the
-    first ``accept_lens[i]`` tokens of row ``i``."""
-    return torch.nn.functional.pad(rows, (0, stride - rows.shape[1]))

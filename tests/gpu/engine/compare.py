@@ -11,7 +11,11 @@ usage: python3 compare.py RESULTS_DIR [--divergences OUT.json] [--markdown]
   (SGLang kills the process group when a scheduler fails, so no result line is written),
   and engines that failed otherwise, with the last exception of their log;
 * agreement: engines that differ in one thing (graphs, kernels, precision, width), request by
-  request: how much a change of kernel alone moves greedy outputs on this model.
+  request: how much a change of kernel alone moves greedy outputs on this model;
+* against native DFLASH: each ``PREFIX_block_*`` engine (the DFLASH_BLOCK example at the full
+  block) against ``PREFIX_native_*`` (SGLang's own DFLASH, same draft, same graph setting):
+  requests with the same outputs and the same verify steps, and the tokens-per-second ratio;
+  ``PREFIX_part_*`` (a verify width below the block) against ``PREFIX_block_*`` likewise.
 """
 
 from __future__ import annotations
@@ -140,6 +144,34 @@ def agreement(records: Dict[str, dict]) -> List[dict]:
     return out
 
 
+def against_native(records: Dict[str, dict]) -> List[dict]:
+    """The DFLASH_BLOCK engines against native DFLASH (``_block_`` / ``_native_``), and below the
+    block against the full block (``_part_`` / ``_block_``), same prefix and graph setting."""
+    out = []
+    for label, record in records.items():
+        for mine, theirs in (("_block_", "_native_"), ("_part_", "_block_")):
+            if mine not in label or not record.get("runs"):
+                continue
+            other = records.get(label.replace(mine, theirs), {})
+            if not other.get("runs"):
+                continue
+            by_run = {(r["batch"], r["prompts"]): r for r in other["runs"]}
+            timed = {(t["batch"], t["prompts"]): t for t in other.get("timing", [])}
+            for run in record["runs"]:
+                ref = by_run.get((run["batch"], run["prompts"]))
+                if ref is None:
+                    continue
+                t = next((t for t in record.get("timing", []) if (t["batch"], t["prompts"]) == (run["batch"], run["prompts"])), None)
+                ref_t = timed.get((run["batch"], run["prompts"]))
+                out.append({"engine": label, "against": label.replace(mine, theirs), "batch": run["batch"],
+                            "prompts": run["prompts"], "requests": len(run["output_ids"]),
+                            "same_outputs": sum(a == b for a, b in zip(run["output_ids"], ref["output_ids"])),
+                            "same_verify_steps": sum(a == b for a, b in zip(run["spec_verify_ct"], ref["spec_verify_ct"])),
+                            "committed_per_step": committed_per_step(run), "theirs": committed_per_step(ref),
+                            "speed_ratio": round(t["tokens_per_s"] / ref_t["tokens_per_s"], 3) if t and ref_t else None})
+    return out
+
+
 def margins(results: Path) -> Optional[dict]:
     """What ``margins.py`` measured: per engine, how many divergences were near-ties
     (the two chosen tokens among the plain engine's top two, or tied with its top)."""
@@ -176,6 +208,12 @@ def markdown(summary: dict) -> str:
         lines += ["", "| engines | they differ in | identical requests |", "|---|---|---|"]
         lines += [f"| {' / '.join(a['engines'])} | {a['differs_in']} | {a['identical']}/{a['requests']} |"
                   for a in summary["agreement"]]
+    if summary.get("native"):
+        lines += ["", "| engine | against | batch | prompts | same outputs | same verify steps | tokens / verify step (theirs) | tok/s ratio |",
+                  "|---|---|---|---|---|---|---|---|"]
+        lines += [f"| {n['engine']} | {n['against']} | {n['batch']} | {n['prompts']} | {n['same_outputs']}/{n['requests']} | "
+                  f"{n['same_verify_steps']}/{n['requests']} | {n['committed_per_step']} ({n['theirs']}) | {n['speed_ratio'] or '-'} |"
+                  for n in summary["native"]]
     if summary.get("margins"):
         lines += ["", "| engine | diverging requests measured | the two chosen tokens are the plain engine's top two | largest top-1 minus top-2 log-probability |",
                   "|---|---|---|---|"]
@@ -198,4 +236,5 @@ if __name__ == "__main__":
     summary = summarize(records)
     summary["margins"] = margins(args.results)
     summary["agreement"] = agreement(records)
+    summary["native"] = against_native(records)
     print(markdown(summary) if args.markdown else json.dumps(summary, indent=1))

@@ -1,8 +1,13 @@
 """Start one real ``sglang.Engine`` and generate greedily; one JSON line of results.
 
 usage: python3 engine_check.py LABEL --backend triton|flashinfer [--no-cuda-graph] [--deterministic]
-           [--dtype auto|float16|float32] [--staggered]
+           [--dtype auto|float16|float32] [--staggered] [--model DIR] [--draft DIR]
            [--spec NAME --ndt N] [--tp N] [--batches 1,8,32] [--new-tokens 64] [--timing]
+
+``--model``: the target folder (default ``$ENGINE_MODEL``); one holding only a
+``config.json`` is served with ``--load-format dummy``. ``--draft``: the
+``--speculative-draft-model-path`` folder (DFLASH, DFLASH_BLOCK), likewise with
+``--speculative-draft-load-format dummy`` when it holds no weights.
 
 With ``--spec`` the algorithm is served with ``--speculative-num-draft-tokens``
 ``N`` and overlap scheduling off; the plugin's own settings come from
@@ -61,15 +66,22 @@ def prompts(kind: str, count: int, seed: int):
     return out
 
 
+def _has_weights(folder):
+    return any(name.endswith(".safetensors") for name in os.listdir(folder))
+
+
 def engine_kwargs(args):
+    model = args.model or os.environ.get("ENGINE_MODEL", "/tmp/tiny-llama")
     kwargs = dict(
-        model_path=os.environ.get("ENGINE_MODEL", "/tmp/tiny-llama"),
+        model_path=model,
         skip_tokenizer_init=True, attention_backend=args.backend, tp_size=args.tp,
         mem_fraction_static=0.3, max_total_tokens=65536, disable_radix_cache=True,
         cuda_graph_max_bs_decode=max(args.batches), cuda_graph_max_bs_prefill=64,
         random_seed=0, log_level="info",
         disable_prefill_cuda_graph=True,  # prefill graphs are not what is checked; their first capture takes 80-130 s
     )
+    if not _has_weights(model):
+        kwargs["load_format"] = "dummy"
     if not args.cuda_graph:
         kwargs["disable_cuda_graph"] = True
     if args.deterministic:
@@ -81,6 +93,10 @@ def engine_kwargs(args):
                       disable_overlap_schedule=True)
         if args.spec == "NGRAM":
             kwargs.update(speculative_eagle_topk=1, speculative_num_steps=args.ndt - 1)
+        if args.draft:
+            kwargs["speculative_draft_model_path"] = args.draft
+            if not _has_weights(args.draft):
+                kwargs["speculative_draft_load_format"] = "dummy"
     return kwargs
 
 
@@ -97,7 +113,7 @@ def run(args, record):
     record["sglang"] = sglang.__version__
     record["import_s"] = round(time.time() - started, 1)
     kwargs = engine_kwargs(args)
-    record["engine_kwargs"] = {k: v for k, v in kwargs.items() if k != "model_path"}
+    record["engine_kwargs"] = {k: v for k, v in kwargs.items() if k not in ("model_path", "speculative_draft_model_path")}
     record["stage"] = "engine_start"
     started = time.time()
     engine = sglang.Engine(**kwargs)
@@ -157,6 +173,8 @@ if __name__ == "__main__":
     parser.add_argument("--dtype", default="auto", choices=["auto", "float16", "float32"])
     parser.add_argument("--staggered", action="store_true", help="requests of different lengths in a batch")
     parser.add_argument("--spec")
+    parser.add_argument("--model", help="the target folder (default: $ENGINE_MODEL)")
+    parser.add_argument("--draft", help="--speculative-draft-model-path (a draft-model algorithm)")
     parser.add_argument("--ndt", type=int, default=4)
     parser.add_argument("--tp", type=int, default=1)
     parser.add_argument("--batches", type=lambda s: [int(x) for x in s.split(",")], default=[1, 8, 32])
@@ -166,7 +184,7 @@ if __name__ == "__main__":
     args = parser.parse_args()
     record = {"label": args.label, "backend": args.backend, "cuda_graph": args.cuda_graph,
               "deterministic": args.deterministic, "dtype": args.dtype, "staggered": args.staggered, "spec": args.spec,
-              "ndt": args.ndt if args.spec else None, "tp": args.tp,
+              "ndt": args.ndt if args.spec else None, "tp": args.tp, "model": args.model, "draft": args.draft,
               "plugins_config": os.environ.get("SGLANG_SPEC_PLUGINS_CONFIG"), "ok": False}
     process_started = time.time()
     try:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # On the H200 machine, from the root of the tree a device call sent (carry: .e2e, built by site.sh):
-#   tests/gpu/engine/run.sh PHASE...      phases: setup single flashinfer triton deterministic tp margins
+#   tests/gpu/engine/run.sh PHASE...      phases: setup single flashinfer triton deterministic precision widths
+#                                         draft draft_accepting draft_speed tp margins
 # setup   unpack .e2e/site.tar.xz to /tmp/site, install .e2e/wheels to /tmp/site-proj, write the model
 # single  two queues of engines at once, one per GPU (GPU 0: triton, GPU 1: flashinfer; on a one-GPU
 #         machine both on GPU 0, one after the other): plain decoding, PROMPT_LOOKUP below and at ndt,
@@ -14,6 +15,16 @@
 # widths  PROMPT_LOOKUP with widths by batch size (plugins_widths.toml: 4 below 8 requests, 2 from 8) on
 #         flashinfer in float16, graphs on and off, batches that shrink as they decode (--staggered), and the
 #         plain engines; all four at once on GPU 0
+# draft   the DFLASH_BLOCK example (a drafter with its own draft model) and SGLang's own DFLASH on the tiny
+#         target with a one-layer dummy DFlash draft (blocks of 4), flashinfer, graphs on and off, batches
+#         1, 8, 32, 64: plain decoding, native DFLASH, DFLASH_BLOCK at the block (W = B = 4) and below it
+#         (W = 2); two engines at a time on GPU 0. compare.py: identity with plain and, at W = B, outputs and
+#         verify steps against native DFLASH
+# draft_accepting  the same on a tiny target that keeps returning to one token and a draft that guesses it
+#         (make_model.py --favoured / --accepting): drafts accepted, tokens per verify step > 1
+# draft_speed  a Llama-3-8B-shaped target and a two-layer draft, both dummy weights, blocks of 16, graphs on,
+#         timed at batches 1, 8, 32, 64: plain, native DFLASH, DFLASH_BLOCK at W = B = 16 and at W = 4; one
+#         engine at a time. compare.py: DFLASH_BLOCK's tokens/s against native DFLASH's, W = 4 against W = 16
 # tp      tensor parallelism 2 on GPUs 0 and 1
 # margins how close each divergence of results/engine/divergences.json was (MARGINS=flashinfer: one backend)
 # soak    tests/gpu/soak.py: 2,000 mixed requests (mixed lengths, ~5% refused, ~5% aborted mid-stream, a KV
@@ -44,6 +55,13 @@ setup() {
   rm -rf /tmp/site-proj && python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site-proj $E/wheels/*.whl
   python3 -c "import sglang, sglang_spec_plugins, flashinfer, sgl_kernel; print('sglang', sglang.__version__, 'flashinfer', flashinfer.__version__)"
   [ -f $ENGINE_MODEL/model.safetensors ] || python3 $H/make_model.py $ENGINE_MODEL
+  # the draft-model phases' checkpoints (drafts in SGLang's DFlash layout; make_model.py says how)
+  [ -f /tmp/draft-dummy/config.json ] || python3 $H/make_model.py /tmp/draft-dummy --draft-for $ENGINE_MODEL --block 4
+  [ -f /tmp/tiny-favoured/model.safetensors ] || python3 $H/make_model.py /tmp/tiny-favoured --favoured $FAVOURED
+  [ -f /tmp/draft-accepting/model.safetensors ] || \
+    python3 $H/make_model.py /tmp/draft-accepting --draft-for /tmp/tiny-favoured --block 4 --accepting $FAVOURED
+  [ -f /tmp/llama8b/config.json ] || python3 $H/make_model.py /tmp/llama8b --shape llama3-8b --config-only
+  [ -f /tmp/draft8b/config.json ] || python3 $H/make_model.py /tmp/draft8b --draft-for /tmp/llama8b --block 16 --layers 2
 }
 
 # engine GPUS LABEL [ENV=VALUE ...] -- ARGS: one engine in its own process, killed at its timeout
@@ -114,6 +132,29 @@ widths_runs() {
   engine 0 fiw_pl_nocg $WIDTHS -- --backend flashinfer $PL $F16 --staggered --no-cuda-graph &
   wait
 }
+FAVOURED=29
+DRAFT=SGLANG_SPEC_PLUGINS_CONFIG=$H/plugins_draft.toml
+DRAFT_W2=SGLANG_SPEC_PLUGINS_CONFIG=$H/plugins_draft_w2.toml
+DRAFT_W4=SGLANG_SPEC_PLUGINS_CONFIG=$H/plugins_draft_w4.toml
+# draft_checks PREFIX TARGET DRAFT: plain, native DFLASH, DFLASH_BLOCK at W = B = 4 and W = 2, graphs on and off
+draft_checks() {
+  local p=$1 on="--backend flashinfer --model $2 --batches 1,8,32,64"
+  local spec="--ndt 4 --draft $3"
+  engine 0 ${p}_base_cg -- $on & engine 0 ${p}_base_nocg -- $on --no-cuda-graph & wait
+  engine 0 ${p}_native_cg -- $on --spec DFLASH $spec & engine 0 ${p}_native_nocg -- $on --spec DFLASH $spec --no-cuda-graph & wait
+  engine 0 ${p}_block_cg $DRAFT -- $on --spec DFLASH_BLOCK $spec &
+  engine 0 ${p}_block_nocg $DRAFT -- $on --spec DFLASH_BLOCK $spec --no-cuda-graph & wait
+  engine 0 ${p}_part_cg $DRAFT_W2 -- $on --spec DFLASH_BLOCK $spec &
+  engine 0 ${p}_part_nocg $DRAFT_W2 -- $on --spec DFLASH_BLOCK $spec --no-cuda-graph & wait
+}
+draft_speed_runs() {
+  local on="--backend flashinfer --model /tmp/llama8b --batches 1,8,32,64 --new-tokens 32 --timing"
+  local spec="--ndt 16 --draft /tmp/draft8b"
+  engine 0 ds_base_cg -- $on
+  engine 0 ds_native_cg -- $on --spec DFLASH $spec
+  engine 0 ds_block_cg $DRAFT -- $on --spec DFLASH_BLOCK $spec
+  engine 0 ds_part_cg $DRAFT_W4 -- $on --spec DFLASH_BLOCK $spec
+}
 tp_runs() {
   engine 0,1 tp2_fi_pl_below_cg $BELOW -- --backend flashinfer $PL --tp 2 --batches 1,8
   engine 0,1 tp2_tri_pl_at_cg $AT -- --backend triton $PL --tp 2 --batches 1,8
@@ -133,6 +174,9 @@ for phase in "$@"; do
     precision)  # float32 triton with tl.dot in IEEE float32, not tf32
       flashinfer_checks fi16 --dtype float16 & EXTRA=TRITON_F32_DEFAULT=ieee triton_checks tri32 --dtype float32 & wait ;;
     widths) widths_runs ;;
+    draft) draft_checks dm $ENGINE_MODEL /tmp/draft-dummy ;;
+    draft_accepting) draft_checks da /tmp/tiny-favoured /tmp/draft-accepting ;;
+    draft_speed) draft_speed_runs ;;
     tp) tp_runs ;;
     soak)
       (cd /tmp && SOAK_LOGS=/tmp/engine-logs timeout -k 5 $(( ${SOAK_BUDGET:-430} + 20 )) python3 $H/../soak.py coordinate \

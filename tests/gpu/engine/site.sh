@@ -3,7 +3,7 @@
 #   tests/gpu/engine/site.sh            (from the repository root; ~1-5 min)
 # .e2e/site.tar.xz   SGLang 0.5.16 and the cp312 packages the H200 image lacks, unpacked and xz-compressed
 #                    (~49 MB; one device call carries 64 MiB). 0.5.16 pins torch 2.11.0, the image's torch.
-# .e2e/wheels/       this package and the example drafters, built from the working tree
+# .e2e/wheels/       this package and the example drafters (DFLASH_BLOCK's included), built from the working tree
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 E=.e2e; mkdir -p $E/dl $E/slim $E/wheels
@@ -32,5 +32,5 @@ if [ ! -f $E/site.tar.xz ]; then
 fi
 rm -f $E/wheels/*.whl
 python3 -m pip wheel -q --no-deps -w $E/wheels . examples/prompt_lookup_drafter examples/sbd_drafter \
-  examples/controlled_acceptance_drafter
+  examples/controlled_acceptance_drafter examples/dflash_block_drafter
 ls -la $E/site.tar.xz $E/wheels

@@ -1,0 +1,207 @@
+"""The start-up check of a plugin whose worker has its own draft model.
+
+Part of :func:`~.startup_check.faults` for an algorithm whose ``AlgorithmSpec``
+declares a :class:`~sglang_spec_plugins.draft_model.DraftModel`, so it runs
+while SGLang resolves its arguments, before any weight loads (and in
+``check``). It refuses, one line each:
+
+* a release before 0.5.14 (no V2 speculative schema to drive the worker on);
+* a missing ``--speculative-draft-model-path``, a draft config that cannot be
+  read, an architecture that is not one of the release's DFlash draft models,
+  a draft ``hidden_size`` other than the target's, a ``block_size`` other than
+  the draft runner's width (the block; SGLang's DFLASH makes it
+  ``--speculative-num-draft-tokens``), a missing ``mask_token_id`` or one
+  outside the target's vocabulary, ``target_layer_ids`` outside the target's
+  layers (each naming the file and key);
+* every DFLASH-only site of the release (:mod:`..engine.dflash_sites`) whose
+  verdict is *refused* and whose condition these arguments meet, and every
+  site nobody has examined, naming the site.
+
+Config files are read as JSON where the path is a local folder, else through
+``transformers.AutoConfig`` (a hub id).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+from pathlib import Path
+from typing import Any, List, Mapping, Optional, Tuple
+
+from ..draft_model import DFLASH, FIRST_RELEASE
+from ..errors import describe_exception
+
+_HYBRID_NAMES = ("mamba", "nemotron_h", "qwen3_next", "minimax", "kimi", "deepseek_v4", "falcon_h1", "jamba",
+                 "lfm2", "granitemoehybrid", "muse")
+"""Model types and architectures (lower case, substrings) of the hybrid or family-specific targets
+SGLang's DFLASH-only sites treat apart."""
+
+
+def draft_model_faults(offered: Any, policy: Any, server_args: Any, version: str, ndt: Optional[int],
+                       draft_config: bool = True) -> List[str]:
+    """What a draft-model plugin meets with these arguments (see the module doc;
+    ``draft_config`` False: not the checkpoint, which ``check`` was not given)."""
+    from packaging.version import InvalidVersion, Version
+
+    declared = offered.spec.draft_model
+    try:
+        if Version(version) < Version(FIRST_RELEASE):
+            return [f"a worker with its own draft model needs SGLang {FIRST_RELEASE}+ (the V2 speculative schema); "
+                    f"SGLang {version} is not served"]
+    except InvalidVersion:
+        pass
+    if server_args is None:
+        return []
+    found = config_faults(declared, policy, server_args, ndt) if draft_config and declared.layout == DFLASH else []
+    return found + site_faults(offered, server_args)
+
+
+def config_faults(declared: Any, policy: Any, server_args: Any, ndt: Optional[int]) -> List[str]:
+    """The draft checkpoint against the target and the block, DFlash layout."""
+    path = getattr(server_args, "speculative_draft_model_path", None)
+    if not path:
+        return ["--speculative-draft-model-path is not set; the worker loads its draft model from it"]
+    draft, where = read_config(path)
+    if isinstance(draft, str):
+        return [f"--speculative-draft-model-path {path}: cannot read {where}: {draft}"]
+    target, target_where = read_config(getattr(server_args, "model_path", None))
+    found: List[str] = []
+    architectures = list(draft.get("architectures") or [])
+    known = dflash_architectures()
+    if known and not set(architectures) & set(known):
+        found.append(f"{where} architectures = {architectures}: not one of SGLang's DFlash draft models "
+                     f"({', '.join(known)})")
+    section = draft.get("dflash_config") or {}
+
+    def key(name: str) -> Tuple[Any, str]:
+        return (section[name], f"dflash_config.{name}") if name in section else (draft.get(name), name)
+
+    if isinstance(target, Mapping):
+        if draft.get("hidden_size") != target.get("hidden_size"):
+            found.append(f"{where} hidden_size = {draft.get('hidden_size')}: not the target's {target.get('hidden_size')} "
+                         f"({target_where} hidden_size)")
+        mask, mask_key = key("mask_token_id")
+        vocab = target.get("vocab_size")
+        if mask is None:
+            found.append(f"{where} {mask_key} is not set; the worker needs the mask token's id")
+        elif not isinstance(mask, int) or isinstance(vocab, int) and not 0 <= mask < vocab:
+            found.append(f"{where} {mask_key} = {mask!r}: outside the target's vocabulary ({target_where} vocab_size = {vocab})")
+        layers, layers_key = key("target_layer_ids")
+        count = target.get("num_hidden_layers")
+        if isinstance(layers, list) and isinstance(count, int):
+            outside = [i for i in layers if not isinstance(i, int) or not 0 <= i < count]
+            if outside:
+                found.append(f"{where} {layers_key} = {layers}: {outside} outside the target's {count} layers "
+                             f"({target_where} num_hidden_layers)")
+    block, block_key = key("block_size")
+    if block is not None and ndt is not None:
+        width = policy.width_cache.get((ndt, True))
+        if width is not None and block != width:
+            found.append(f"{where} {block_key} = {block}: the draft runner drafts blocks of {width} at "
+                         f"--speculative-num-draft-tokens {ndt}; serve it with --speculative-num-draft-tokens {block}")
+    return found
+
+
+def site_faults(offered: Any, server_args: Any) -> List[str]:
+    """The release's refused DFLASH-only sites whose condition holds, and its unexamined ones."""
+    from ..engine.dflash_sites import CONDITIONS, REFUSED, dflash_sites, verdict
+    from ..engine.probe import source_file
+
+    scheduler = source_file("sglang.srt.managers.scheduler")
+    if scheduler is None:
+        return []
+    found: List[str] = []
+    holding = {}
+    for site in dflash_sites(scheduler.parents[1]):
+        judged = verdict(site)
+        if judged.kind != REFUSED:
+            continue
+        if judged.need not in holding:
+            holding[judged.need] = condition_holds(judged.need, offered, server_args)
+        if holding[judged.need]:
+            found.append(f"SGLang decides for DFLASH alone at {site.where} ({site.function}: {site.code!r}), "
+                         f"{judged.why}; not served with {CONDITIONS[judged.need]}")
+    return found
+
+
+def condition_holds(name: str, offered: Any, args: Any) -> bool:
+    """Whether the arguments meet a condition of :data:`~..engine.dflash_sites.CONDITIONS`."""
+    def arg(field: str, default: Any = None) -> Any:
+        return getattr(args, field, default)
+
+    if name == "always":
+        return True
+    if name == "overlap":
+        return offered.spec.supports_overlap and not arg("disable_overlap_schedule", False)
+    if name == "npu":
+        return str(arg("device") or "").startswith("npu")
+    if name == "disaggregation":
+        return (arg("disaggregation_mode") or "null") != "null"
+    if name == "dp_attention":
+        return bool(arg("enable_dp_attention", False))
+    if name == "context_parallel":
+        return (arg("attn_cp_size") or 1) > 1 or bool(arg("enable_prefill_cp", False)) \
+            or bool(arg("enable_prefill_context_parallel", False))
+    if name == "hybrid_target":
+        target, _ = read_config(arg("model_path"))
+        return isinstance(target, Mapping) and hybrid_target(target)
+    if name == "unified_memory":
+        return bool(arg("enable_unified_memory", False))
+    if name == "block_verification":
+        return bool(arg("speculative_use_block_verification", False))
+    if name == "draft_window":
+        return arg("speculative_draft_window_size") is not None
+    if name == "fp4_kv":
+        return "fp4" in str(arg("kv_cache_dtype") or "")
+    if name == "metadata_glue":
+        return os.environ.get("SGLANG_ENABLE_METADATA_GLUE_GRAPH", "").lower() in ("1", "true", "yes")
+    raise ValueError(f"unknown condition {name!r}")
+
+
+def hybrid_target(config: Mapping) -> bool:
+    """A target that is not a dense-attention transformer, from its HF config:
+    a mamba / linear-attention / sliding-window layer, or a family SGLang's
+    DFLASH-only sites treat apart (:data:`_HYBRID_NAMES`)."""
+    names = [str(config.get("model_type", "")), *map(str, config.get("architectures") or [])]
+    if any(part in name.lower() for name in names for part in _HYBRID_NAMES):
+        return True
+    layer_types = config.get("layer_types") or []
+    if any(kind != "full_attention" for kind in layer_types):
+        return True
+    return bool(config.get("sliding_window")) and config.get("use_sliding_window", True) is not False
+
+
+def read_config(path: Optional[str]) -> Tuple[Any, str]:
+    """``(config dict, where)`` for a model folder or hub id, or ``(why, where)`` when it cannot be read."""
+    if not path:
+        return "no path", "config.json"
+    folder = Path(path)
+    if folder.is_dir():
+        where = str(folder / "config.json")
+        try:
+            return json.loads((folder / "config.json").read_text()), where
+        except (OSError, ValueError) as exc:
+            return describe_exception(exc), where
+    where = f"{path} (config.json)"
+    try:
+        from transformers import AutoConfig
+
+        return AutoConfig.from_pretrained(path, trust_remote_code=False).to_dict(), where
+    except Exception as exc:  # no such hub id, no network, an unknown model type
+        return describe_exception(exc), where
+
+
+def dflash_architectures() -> Tuple[str, ...]:
+    """The architecture names the installed release registers for its DFlash
+    draft models (``EntryClass`` of ``models/dflash.py``, read, not imported)."""
+    from ..engine.probe import source_file
+
+    path = source_file("sglang.srt.models.dflash")
+    if path is None:
+        return ()
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "EntryClass" for t in node.targets):
+            values = node.value.elts if isinstance(node.value, (ast.List, ast.Tuple)) else [node.value]
+            return tuple(v.id for v in values if isinstance(v, ast.Name))
+    return ()
