@@ -66,7 +66,7 @@ def main(serve: bool) -> int:
         return 1
     for rid, request in result["requests"].items():
         print(f"  {rid:<10} {request['completion_tokens']} tokens in {request['spec_verify_ct']} verify steps "
-              f"({(request["completion_tokens"] - 1) / max(request["spec_verify_ct"], 1):.1f} per step after the prefill's first token): {request['output_ids']}")
+              f"({(request['completion_tokens'] - 1) / max(request['spec_verify_ct'], 1):.1f} per step after the prefill's first token): {request['output_ids']}")
     print(f"  [batch size, tokens per request] of each TARGET_VERIFY step: {result['verify_steps']}")
     print(f"  (scheduler start {result['init_s']} s, serving {result['serve_s']} s; tests/on_sglang/test_scheduler_serve.py "
           "checks these tokens equal plain greedy decoding's)")

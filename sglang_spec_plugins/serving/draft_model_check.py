@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, List, Mapping, Optional, Tuple
 
 from ..draft_model import DFLASH, FIRST_RELEASE
-from ..errors import describe_exception
+from ..plugin_calls import describe_exception
 
 _HYBRID_NAMES = ("mamba", "nemotron_h", "qwen3_next", "minimax", "kimi", "deepseek_v4", "falcon_h1", "jamba",
                  "lfm2", "granitemoehybrid", "muse")
