@@ -6,8 +6,9 @@ and the same patches give the same plans, so :func:`planned` keeps them with
 :func:`..engine.source_cache.cached_reading`, keyed by the release, the
 patches (names, targets, edits) and the source of the modules that define
 and plan them, and checked against every file planning read or looked for.
-A plan is stored as its verdict, its reason and its steps by index (which of
-the patch's alternatives, which of its edits) and rebuilt from the patches.
+A plan is stored as its verdict, its reason and its steps: which of the
+patch's alternatives, and each edit's fields (a patch may make its edits
+from the source it plans on, ``draft_model``), rebuilt from the patches.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any, Dict, Optional, Sequence
 
 from ..engine import probe, source_text
 from ..engine.source_cache import cached_reading
+from .source_edit import Edit
 from .unit import MethodPatch, Plan, Verdict, plan_all
 
 
@@ -32,7 +34,7 @@ def _encode(patches: Sequence[MethodPatch], plans: Dict[str, Plan]) -> Dict[str,
     encoded = {}
     for patch in patches:
         plan = plans[patch.name]
-        steps = [[patch.alternatives.index(target), None if payload is None else [patch.edits.index(e) for e in payload]]
+        steps = [[patch.alternatives.index(target), None if payload is None else [_edit_fields(e) for e in payload]]
                  for target, payload in plan.steps]
         encoded[patch.name] = [str(plan.verdict), plan.reason, steps]
     return encoded
@@ -45,6 +47,13 @@ def _decode(patches: Sequence[MethodPatch], data: Dict[str, Any]) -> Dict[str, P
     for patch in patches:
         verdict, reason, steps = data[patch.name]
         plans[patch.name] = Plan(Verdict(verdict), reason, tuple(
-            (patch.alternatives[target], None if edits is None else tuple(patch.edits[i] for i in edits))
+            (patch.alternatives[target], None if edits is None else tuple(
+                Edit(old, new, tuple(markers), why, every) for old, new, markers, why, every in edits))
             for target, edits in steps))
     return plans
+
+
+def _edit_fields(edit: Edit) -> list:
+    if not isinstance(edit, Edit):
+        raise ValueError(f"a plan step holds {type(edit).__name__}, not a source Edit")
+    return [edit.old, edit.new, list(edit.fixed_markers), edit.why, edit.every]
