@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the H200 machine, from the root of the tree a device call sent (carry: .e2e, built by site.sh):
 #   tests/gpu/engine/run.sh PHASE...      phases: setup single flashinfer triton deterministic precision widths
-#                                         draft draft_accepting draft_speed tp margins
+#                                         draft draft_accepting drafts draft_speed tp margins soak
 # setup   unpack .e2e/site.tar.xz to /tmp/site, install .e2e/wheels to /tmp/site-proj, write the model
 # single  two queues of engines at once, one per GPU (GPU 0: triton, GPU 1: flashinfer; on a one-GPU
 #         machine both on GPU 0, one after the other): plain decoding, PROMPT_LOOKUP below and at ndt,
@@ -22,6 +22,8 @@
 #         verify steps against native DFLASH
 # draft_accepting  the same on a tiny target that keeps returning to one token and a draft that guesses it
 #         (make_model.py --favoured / --accepting): drafts accepted, tokens per verify step > 1
+# drafts  draft and draft_accepting at once (four engines at a time on GPU 0; nothing is timed)
+# drafts_soak  drafts and soak at once (the soak's tokens/s then come from a shared GPU)
 # draft_speed  a Llama-3-8B-shaped target and a two-layer draft, both dummy weights, blocks of 16, graphs on,
 #         timed at batches 1, 8, 32, 64: plain, native DFLASH, DFLASH_BLOCK at W = B = 16 and at W = 4; one
 #         engine at a time. compare.py: DFLASH_BLOCK's tokens/s against native DFLASH's, W = 4 against W = 16
@@ -155,6 +157,11 @@ draft_speed_runs() {
   engine 0 ds_block_cg $DRAFT -- $on --spec DFLASH_BLOCK $spec
   engine 0 ds_part_cg $DRAFT_W4 -- $on --spec DFLASH_BLOCK $spec
 }
+soak_run() {
+  (cd /tmp && SOAK_LOGS=/tmp/engine-logs timeout -k 5 $(( ${SOAK_BUDGET:-430} + 20 )) python3 $H/../soak.py coordinate \
+     --out "$OUT/soak" --budget ${SOAK_BUDGET:-430} ${SOAK_ARGS:-} > /tmp/engine-logs/soak.log 2>&1)
+  tl "soak rc=$?"; tail -25 /tmp/engine-logs/soak.log
+}
 tp_runs() {
   engine 0,1 tp2_fi_pl_below_cg $BELOW -- --backend flashinfer $PL --tp 2 --batches 1,8
   engine 0,1 tp2_tri_pl_at_cg $AT -- --backend triton $PL --tp 2 --batches 1,8
@@ -176,12 +183,12 @@ for phase in "$@"; do
     widths) widths_runs ;;
     draft) draft_checks dm $ENGINE_MODEL /tmp/draft-dummy ;;
     draft_accepting) draft_checks da /tmp/tiny-favoured /tmp/draft-accepting ;;
+    drafts) draft_checks dm $ENGINE_MODEL /tmp/draft-dummy & draft_checks da /tmp/tiny-favoured /tmp/draft-accepting & wait ;;
     draft_speed) draft_speed_runs ;;
     tp) tp_runs ;;
-    soak)
-      (cd /tmp && SOAK_LOGS=/tmp/engine-logs timeout -k 5 $(( ${SOAK_BUDGET:-430} + 20 )) python3 $H/../soak.py coordinate \
-         --out "$OUT/soak" --budget ${SOAK_BUDGET:-430} ${SOAK_ARGS:-} > /tmp/engine-logs/soak.log 2>&1)
-      tl "soak rc=$?"; tail -25 /tmp/engine-logs/soak.log ;;
+    soak) soak_run ;;
+    drafts_soak)  # nothing here is timed against anything else: they share the GPU
+      soak_run & draft_checks dm $ENGINE_MODEL /tmp/draft-dummy & draft_checks da /tmp/tiny-favoured /tmp/draft-accepting & wait ;;
     margins)  # how close each divergence of results/engine/divergences.json was (margins.py)
       for backend in ${MARGINS:-flashinfer triton}; do
         (cd /tmp && timeout 200 python3 $H/margins.py $H/../results/engine/divergences.json $backend \
