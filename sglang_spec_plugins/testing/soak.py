@@ -91,7 +91,7 @@ def mixed_requests(count: int, seed: int = 0, vocab: int = 32000, prompt_lengths
         new_tokens = length(*output_lengths)
         if kind == ABORT:
             new_tokens = max(new_tokens, 4 * max_abort_after)  # long enough to be aborted mid-stream
-        requests.append(SoakRequest(f"soak-{seed}-{i}", tuple(tokens), new_tokens, kind,
+        requests.append(SoakRequest(f"soak-{seed}-{i:06d}", tuple(tokens), new_tokens, kind,
                                     rng.randrange(1, max_abort_after + 1) if kind == ABORT else 0))
     return requests
 

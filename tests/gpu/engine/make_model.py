@@ -90,7 +90,7 @@ if __name__ == "__main__":
               f"{args.draft_for} -> {out} ({time.time() - started:.1f} s)")
     elif args.favoured is not None:
         llama_target = checkpoints().llama_target
-        config = llama_config("tiny").to_dict()
+        config = dict(llama_config("tiny").to_dict(), architectures=["LlamaForCausalLM"])  # SGLang reads it
         llama_target(out, config, seed=0, shared=FAVOUR_SHARED, favour=(args.favoured, FAVOUR_PULL))
         print(f"tiny llama favouring token {args.favoured} -> {out} ({time.time() - started:.1f} s)")
     elif args.config_only:

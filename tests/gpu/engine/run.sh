@@ -23,7 +23,8 @@
 # draft_accepting  the same on a tiny target that keeps returning to one token and a draft that guesses it
 #         (make_model.py --favoured / --accepting): drafts accepted, tokens per verify step > 1
 # drafts  draft and draft_accepting at once (four engines at a time on GPU 0; nothing is timed)
-# drafts_soak  drafts and soak at once (the soak's tokens/s then come from a shared GPU)
+# drafts_soak  drafts and soak at once (the soak's tokens/s then come from a shared GPU); DRAFTS="da": only
+#         draft_accepting's engines
 # draft_speed  a Llama-3-8B-shaped target and a two-layer draft, both dummy weights, blocks of 16, graphs on,
 #         timed at batches 1, 8, 32, 64: plain, native DFLASH, DFLASH_BLOCK at W = B = 16 and at W = 4; one
 #         engine at a time. compare.py: DFLASH_BLOCK's tokens/s against native DFLASH's, W = 4 against W = 16
@@ -149,6 +150,10 @@ draft_checks() {
   engine 0 ${p}_part_cg $DRAFT_W2 -- $on --spec DFLASH_BLOCK $spec &
   engine 0 ${p}_part_nocg $DRAFT_W2 -- $on --spec DFLASH_BLOCK $spec --no-cuda-graph & wait
 }
+# draft_phase dm|da: the draft phase on dummy weights, or draft_accepting's
+draft_phase() {
+  case $1 in dm) draft_checks dm $ENGINE_MODEL /tmp/draft-dummy ;; da) draft_checks da /tmp/tiny-favoured /tmp/draft-accepting ;; esac
+}
 draft_speed_runs() {
   local on="--backend flashinfer --model /tmp/llama8b --batches 1,8,32,64 --new-tokens 32 --timing"
   local spec="--ndt 16 --draft /tmp/draft8b"
@@ -188,7 +193,7 @@ for phase in "$@"; do
     tp) tp_runs ;;
     soak) soak_run ;;
     drafts_soak)  # nothing here is timed against anything else: they share the GPU
-      soak_run & draft_checks dm $ENGINE_MODEL /tmp/draft-dummy & draft_checks da /tmp/tiny-favoured /tmp/draft-accepting & wait ;;
+      soak_run & for p in ${DRAFTS:-dm da}; do draft_phase $p & done; wait ;;
     margins)  # how close each divergence of results/engine/divergences.json was (margins.py)
       for backend in ${MARGINS:-flashinfer triton}; do
         (cd /tmp && timeout 200 python3 $H/margins.py $H/../results/engine/divergences.json $backend \
@@ -199,6 +204,7 @@ done
 tl "ALL DONE"
 [ -n "${NO_ARCHIVE:-}" ] && exit 0   # a caller that archives what it needs itself (benchmarks/e2e_speculative.sh)
 tar -C /tmp -cJf "$OUT/logs.tar.xz" engine-logs
+[ -d "$OUT/soak" ] && tar -C "$OUT" -cJf "$OUT/soak.tar.xz" soak && rm -rf "$OUT/soak"  # few files come back from a call
 # JIT caches (flashinfer's kernels, Triton's), to carry into the next call as .e2e/cache/*.tar.xz
 tar -C / -cJf "$OUT/jit_flashinfer.tar.xz" root/.cache/flashinfer 2>/dev/null
 tar -C / -cJf "$OUT/jit_triton.tar.xz" root/.triton tmp/torchinductor_root 2>/dev/null
