@@ -116,7 +116,7 @@ class StepWidths:
         bucket = None if schedule is None else schedule.bucket(batch_size)
         if width is not None:
             if not is_plain_int(width) or width not in self.declared:
-                raise self._policy._fault(
+                raise self._policy.fault(
                     f"StepWidths.at({batch_size}, width={width!r}): the algorithm declares widths "
                     f"{', '.join(map(str, self.declared))} on the {'draft' if self._draft else 'target'} worker at "
                     f"speculative_num_draft_tokens={self._ndt}, not {width!r}")
