@@ -1,0 +1,42 @@
+"""The draft-model results committed under tests/gpu/results/draft say what their README says.
+
+No GPU: ``compare.py`` reads the committed engine records, as a reader regenerates the tables.
+"""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "tests" / "gpu" / "results" / "draft"
+
+sys.path.insert(0, str(ROOT / "tests" / "gpu" / "engine"))
+import compare  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def records():
+    return compare.load(RESULTS)
+
+
+def test_the_block_drafter_at_the_full_block_is_native_dflash_request_for_request(records):
+    pairs = [row for row in compare.against_native(records) if "_block_" in row["engine"]]
+    assert {row["engine"] for row in pairs} == {"dm_block_cg", "dm_block_nocg", "da_block_cg", "da_block_nocg", "ds_block_cg"}
+    for row in pairs:
+        assert row["same_outputs"] == row["same_verify_steps"] == row["requests"], row
+
+
+def test_without_cuda_graphs_every_draft_model_engine_is_plain_decoding(records):
+    summary = {row["label"]: row for row in compare.summarize(records)["engines"]}
+    eager = [label for label, row in summary.items() if row["spec"] and label.endswith("_nocg")]
+    assert len(eager) == 6
+    for label in eager:
+        for run in summary[label]["runs"]:
+            assert run["identical"] == run["requests"] == run["batch"], (label, run)
+
+
+def test_the_speed_ratios_of_the_readme(records):
+    ratios = [round(row["speed_ratio"], 2) for row in compare.against_native(records) if row["engine"] == "ds_block_cg"]
+    readme = (RESULTS / "README.md").read_text()
+    assert len(ratios) == 8 and all(f"| {ratio:.2f} |" in readme for ratio in ratios), ratios
