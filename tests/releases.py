@@ -111,17 +111,35 @@ tests/on_sglang and every top-level test marked ``sglang`` (what ``check``, ``do
 depends on the release), but those that pick their releases themselves."""
 
 
-def test(releases: List[str], pytest_args: List[str]) -> int:
-    results = {}
-    for release in releases:
-        print(f"\n===== SGLang {release} =====", flush=True)
+def test(releases: List[str], pytest_args: List[str], jobs: int = 1) -> int:
+    """Each release's tests in a pytest process of its own, ``jobs`` at a time: with one, its
+    output as it runs; with more, each one's output whole when it ends (torch on one thread each)."""
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+
+    named = any(a.startswith("tests") or a.endswith(".py") for a in pytest_args)
+    paths = [] if named else ["tests", "-m", RELEASE_DEPENDENT]
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *paths, *pytest_args]
+
+    def run(release: str) -> tuple:
         started = time.time()
-        named = any(a.startswith("tests") or a.endswith(".py") for a in pytest_args)
-        paths = [] if named else ["tests", "-m", RELEASE_DEPENDENT]
-        cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *paths, *pytest_args]
-        results[release] = (subprocess.run(cmd, cwd=ROOT, env=environ_for(release)).returncode, time.time() - started)
+        if jobs == 1:
+            print(f"\n===== SGLang {release} =====", flush=True)
+            return subprocess.run(cmd, cwd=ROOT, env=environ_for(release)).returncode, time.time() - started, ""
+        done = subprocess.run(cmd, cwd=ROOT, env=dict(environ_for(release), OMP_NUM_THREADS="1"),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        return done.returncode, time.time() - started, done.stdout
+
+    results = {}
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = {pool.submit(run, release): release for release in releases}
+        for future in as_completed(futures):
+            rc, took, output = future.result()
+            results[futures[future]] = (rc, took)
+            if output:
+                print(f"\n===== SGLang {futures[future]} =====\n{output}", flush=True)
     print("\nrelease matrix:")
-    for release, (rc, took) in results.items():
+    for release in releases:
+        rc, took = results[release]
         print(f"  {release:<14} {'passed' if rc == 0 else 'FAILED'}  {took:.0f}s")
     failed = sum(rc != 0 for rc, _ in results.values())
     print(f"{len(results) - failed} passed, {failed} failed")
@@ -322,6 +340,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("releases", nargs="*")
     parser.add_argument("--ci", action="store_true", help=f"the CI matrix: {' '.join(CI_RELEASES)}")
     parser.add_argument("--all", action="store_true", help="every supported release 0.5.12-0.5.23")
+    parser.add_argument("--jobs", type=int, default=1, help="test: releases run at once (default 1)")
     argv = sys.argv[1:] if argv is None else argv
     rest = argv[argv.index("--") + 1:] if "--" in argv else []
     args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
@@ -338,7 +357,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 0
     if args.command == "table":
         return table(releases, args.check)
-    return test(releases, rest)
+    return test(releases, rest, args.jobs)
 
 
 if __name__ == "__main__":

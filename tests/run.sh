@@ -11,4 +11,4 @@ matrix=${1:---ci}
 
 "$PY" -m pytest -p no:cacheprovider
 "$PY" tests/releases.py table --check "$matrix"
-"$PY" tests/releases.py test "$matrix" -- -q -p no:cacheprovider
+"$PY" tests/releases.py test "$matrix" --jobs "${RELEASE_JOBS:-2}" -- -q -p no:cacheprovider
