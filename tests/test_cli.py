@@ -396,6 +396,7 @@ def test_check_reports_widths_by_batch_and_their_backends(cli, tmp_path):
     assert "target 16, max 16, target widths by batch size {1 = 16, 8 = 8, 64 = 4}" in text and "draft widths" not in text
 
 
+@pytest.mark.sglang  # enables the example drafter sbd
 def test_check_counts_the_cuda_graphs_of_widths_to_choose_from(cli, tmp_path):
     cfg = tmp_path / "choose.toml"
     cfg.write_text("[plugins]\nenable = ['sbd']\n[algorithms.SBD]\nmax_tokens_per_req = 16\n"
@@ -416,6 +417,7 @@ def test_check_counts_the_cuda_graphs_of_widths_to_choose_from(cli, tmp_path):
             "1 8 64, 268 logit rows (0.00 GiB))") in text
 
 
+@pytest.mark.sglang  # enables the example drafter sbd
 def test_check_refuses_the_controller_without_widths_to_choose_from(cli, tmp_path):
     cfg = tmp_path / "none.toml"
     cfg.write_text("[plugins]\nenable = ['sbd']\n[algorithms.SBD]\nmax_tokens_per_req = 16\n"
