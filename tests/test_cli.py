@@ -426,3 +426,22 @@ def test_check_refuses_the_controller_without_widths_to_choose_from(cli, tmp_pat
     assert not data["ok"]
     assert any("widths_by_acceptance in " in p and "chooses each step's width among its batch-size bucket's widths" in p
                for p in data["problems"]), data["problems"]
+
+
+@pytest.mark.sglang
+def test_check_looks_up_no_model_for_the_placeholder_model_path(cli, monkeypatch):
+    """Without --model-path, check's ServerArgs carry a placeholder: DFLASH_BLOCK's sites that ask whether the
+    target is hybrid read no config for it (on the hub, a request retried for ~20 s without a network); a
+    --model-path given is read where the release has such a site."""
+    from types import SimpleNamespace
+
+    from transformers import AutoConfig
+
+    from sglang_spec_plugins.engine.dflash_sites import summary
+
+    asked = []
+    monkeypatch.setattr(AutoConfig, "from_pretrained", lambda path, **kwargs: asked.append(path) or SimpleNamespace(to_dict=dict))
+    status, out, _ = cli("check", "-n", "16", "--disable-overlap-schedule", "--single-process", "--json")
+    assert status == 0 and asked == [], (asked, out)
+    cli("check", "-n", "16", "--disable-overlap-schedule", "--single-process", "--json", "--model-path", "org/target")
+    assert asked == (["org/target"] if "hybrid_target" in summary().get("refused", {}) else []), asked

@@ -37,6 +37,11 @@ _HYBRID_NAMES = ("mamba", "nemotron_h", "qwen3_next", "minimax", "kimi", "deepse
 """Model types and architectures (lower case, substrings) of the hybrid or family-specific targets
 SGLang's DFLASH-only sites treat apart."""
 
+PLACEHOLDER_MODEL_PATH = "dummy"
+"""The model path of the ``ServerArgs`` ``check`` builds where the operator gave no ``--model-path``
+(SGLang's argument pipeline needs one): no model, so no config is looked up for it (on the hub, that
+is a request, retried for ~20 s where there is no network)."""
+
 
 def draft_model_faults(offered: Any, policy: Any, server_args: Any, version: str, ndt: Optional[int],
                        draft_config: bool = True) -> List[str]:
@@ -144,7 +149,8 @@ def condition_holds(name: str, offered: Any, args: Any) -> bool:
         return (arg("attn_cp_size") or 1) > 1 or bool(arg("enable_prefill_cp", False)) \
             or bool(arg("enable_prefill_context_parallel", False))
     if name == "hybrid_target":
-        target, _ = read_config(arg("model_path"))
+        path = arg("model_path")
+        target, _ = read_config(None if path == PLACEHOLDER_MODEL_PATH else path)
         return isinstance(target, Mapping) and hybrid_target(target)
     if name == "unified_memory":
         return bool(arg("enable_unified_memory", False))

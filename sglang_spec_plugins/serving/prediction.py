@@ -137,6 +137,8 @@ def server_args(algorithm: str, num_draft_tokens: Any, disable_overlap: bool, dp
     given: SGLang's argument pipeline stops before anything model-specific)."""
     from sglang.srt.server_args import ServerArgs
 
-    return ServerArgs(model_path=model_path or "dummy", speculative_algorithm=algorithm,
+    from .draft_model_check import PLACEHOLDER_MODEL_PATH
+
+    return ServerArgs(model_path=model_path or PLACEHOLDER_MODEL_PATH, speculative_algorithm=algorithm,
                       speculative_num_draft_tokens=num_draft_tokens, disable_overlap_schedule=disable_overlap,
                       enable_dp_attention=dp_attention, speculative_draft_model_path=draft_model_path)

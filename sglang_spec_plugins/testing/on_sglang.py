@@ -59,7 +59,9 @@ def real_server_args(**fields):
     """A real ``ServerArgs`` (SGLang's own tests build it this way) carrying ``fields``."""
     from sglang.srt.server_args import ServerArgs
 
-    args = ServerArgs(model_path="dummy")
+    from ..serving.draft_model_check import PLACEHOLDER_MODEL_PATH
+
+    args = ServerArgs(model_path=PLACEHOLDER_MODEL_PATH)
     for name, value in fields.items():
         setattr(args, name, value)
     return args
