@@ -9,12 +9,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from dists import make_dist  # noqa: E402
 
 NEEDS = "SGLang and torch (the CPU harness: examples/quickstart.sh) and the two example drafters"
-
-
-def pytest_configure(config):
-    config.addinivalue_line("markers", f"sglang: needs {NEEDS}; deselect with -m 'not sglang', skipped where absent")
-    config.addinivalue_line("markers", "own_releases: runs the SGLang releases it names itself (from .sglang/); the "
-                                       "release matrix (tests/releases.py test) leaves it out")
+"""Why a test marked ``sglang`` is skipped (the markers are registered in pyproject.toml)."""
 
 
 def _sglang_environment() -> bool:
