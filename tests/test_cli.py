@@ -429,15 +429,17 @@ def test_check_refuses_the_controller_without_widths_to_choose_from(cli, tmp_pat
 
 
 @pytest.mark.sglang
-def test_check_looks_up_no_model_for_the_placeholder_model_path(cli, monkeypatch):
-    """Without --model-path, check's ServerArgs carry a placeholder: DFLASH_BLOCK's sites that ask whether the
-    target is hybrid read no config for it (on the hub, a request retried for ~20 s without a network); a
-    --model-path given is read where the release has such a site."""
+def test_check_looks_up_no_model_for_the_placeholder_model_path(cli, monkeypatch, tmp_path):
+    """Without --model-path, check's ServerArgs carry a placeholder: DFLASH_BLOCK's checks of the target (its
+    config against the draft's, the sites that ask whether it is hybrid) read no config for it (on the hub, a
+    request retried for ~20 s without a network); a --model-path given is read."""
     from types import SimpleNamespace
 
     from transformers import AutoConfig
 
     from sglang_spec_plugins.engine.dflash_sites import summary
+    from sglang_spec_plugins.testing.draft_checkpoint import dflash_draft
+    from sglang_spec_plugins.testing.scheduler_start import TINY_LLAMA
 
     asked = []
     monkeypatch.setattr(AutoConfig, "from_pretrained", lambda path, **kwargs: asked.append(path) or SimpleNamespace(to_dict=dict))
@@ -445,3 +447,10 @@ def test_check_looks_up_no_model_for_the_placeholder_model_path(cli, monkeypatch
     assert status == 0 and asked == [], (asked, out)
     cli("check", "-n", "16", "--disable-overlap-schedule", "--single-process", "--json", "--model-path", "org/target")
     assert asked == (["org/target"] if "hybrid_target" in summary().get("refused", {}) else []), asked
+    asked.clear()
+    draft = dflash_draft(tmp_path / "draft", TINY_LLAMA, block_size=16, mask_token_id=3, target_layer_ids=[0])
+    cli("check", "-n", "16", "--disable-overlap-schedule", "--single-process", "--speculative-draft-model-path", draft)
+    assert asked == [], asked
+    cli("check", "-n", "16", "--disable-overlap-schedule", "--single-process", "--speculative-draft-model-path", draft,
+        "--model-path", "org/target")
+    assert "org/target" in asked, asked

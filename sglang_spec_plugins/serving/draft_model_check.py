@@ -149,8 +149,7 @@ def condition_holds(name: str, offered: Any, args: Any) -> bool:
         return (arg("attn_cp_size") or 1) > 1 or bool(arg("enable_prefill_cp", False)) \
             or bool(arg("enable_prefill_context_parallel", False))
     if name == "hybrid_target":
-        path = arg("model_path")
-        target, _ = read_config(None if path == PLACEHOLDER_MODEL_PATH else path)
+        target, _ = read_config(arg("model_path"))
         return isinstance(target, Mapping) and hybrid_target(target)
     if name == "unified_memory":
         return bool(arg("enable_unified_memory", False))
@@ -179,8 +178,9 @@ def hybrid_target(config: Mapping) -> bool:
 
 
 def read_config(path: Optional[str]) -> Tuple[Any, str]:
-    """``(config dict, where)`` for a model folder or hub id, or ``(why, where)`` when it cannot be read."""
-    if not path:
+    """``(config dict, where)`` for a model folder or hub id, or ``(why, where)`` when it cannot be read
+    (``"no path"`` for none, or :data:`PLACEHOLDER_MODEL_PATH`)."""
+    if not path or path == PLACEHOLDER_MODEL_PATH:
         return "no path", "config.json"
     folder = Path(path)
     if folder.is_dir():
