@@ -433,7 +433,7 @@ def test_check_looks_up_no_model_for_the_placeholder_model_path(cli, monkeypatch
     """Without --model-path, check's ServerArgs carry a placeholder: DFLASH_BLOCK's checks of the target (its
     config against the draft's, the sites that ask whether it is hybrid) read no config for it (on the hub, a
     request retried for ~20 s without a network); a --model-path given is read, where the release builds its
-    ServerArgs here (up to 0.5.20 they need an accelerator, and check says it did not run them)."""
+    ServerArgs here (0.5.16 on a CPU builds none for a hub id, "No accelerator": check says it did not run them)."""
     from types import SimpleNamespace
 
     from transformers import AutoConfig
