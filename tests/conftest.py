@@ -1,3 +1,4 @@
+import importlib
 import sys
 from pathlib import Path
 
@@ -8,12 +9,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from dists import make_dist  # noqa: E402
 
 NEEDS = "SGLang and torch (the CPU harness: examples/quickstart.sh) and the two example drafters"
-
-
-def pytest_configure(config):
-    config.addinivalue_line("markers", f"sglang: needs {NEEDS}; deselect with -m 'not sglang', skipped where absent")
-    config.addinivalue_line("markers", "own_releases: runs the SGLang releases it names itself (from .sglang/); the "
-                                       "release matrix (tests/releases.py test) leaves it out")
+"""Why a test marked ``sglang`` is skipped (the markers are registered in pyproject.toml)."""
 
 
 def _sglang_environment() -> bool:
@@ -53,6 +49,7 @@ def site(tmp_path, monkeypatch):
 
         def add(self, name, entry_points, modules, version="1.0"):
             make_dist(root, name, entry_points, modules, version)
+            importlib.invalidate_caches()  # importlib.metadata's and the finders' view of the new files
             for module in modules:
                 sys.modules.pop(module, None)
 
@@ -67,3 +64,24 @@ def write_toml(tmp_path):
         return path
 
     return write
+
+
+@pytest.fixture
+def cli(capsys):
+    """``cli(*args)`` runs ``sglang-spec-plugins ARGS`` in this process, as the
+    console script does (``sys.exit(main(argv))``), and returns
+    ``(exit status, stdout, stderr)``. The environment, the working directory
+    and ``sys.path`` are this process's: set them with ``monkeypatch`` (and
+    ``site``) before the call."""
+    from sglang_spec_plugins.cli import main
+
+    def run(*args):
+        capsys.readouterr()
+        try:
+            status = main([str(arg) for arg in args])
+        except SystemExit as exc:  # argparse's usage errors (2)
+            status = exc.code
+        out, err = capsys.readouterr()
+        return status, out, err
+
+    return run

@@ -9,6 +9,6 @@ cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 matrix=${1:---ci}
 
-"$PY" -m pytest -p no:cacheprovider
+"$PY" -m pytest -p no:cacheprovider --durations=30  # the slowest: what a `slow` mark would leave out
 "$PY" tests/releases.py table --check "$matrix"
 "$PY" tests/releases.py test "$matrix" --jobs "${RELEASE_JOBS:-2}" -- -q -p no:cacheprovider

@@ -6,9 +6,6 @@ which have no SGLang; skipped where SGLang is installed."""
 
 import importlib.util
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
@@ -32,17 +29,14 @@ def sgl_spec_algorithms():
 '''
 
 
-def test_check_names_what_it_did_not_run(site, tmp_path):
+def test_check_names_what_it_did_not_run(cli, site, tmp_path, monkeypatch):
     site.add("bad-drafter", {"bad": "bad_mod"}, {"bad_mod": SOURCE})
     (tmp_path / "plugins.toml").write_text("[plugins]\nenable = ['bad']\n")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site.path)] + sys.path),
-               SGLANG_SPEC_PLUGINS_CONFIG=str(tmp_path / "plugins.toml"))
-    plain = subprocess.run([sys.executable, "-m", "sglang_spec_plugins", "check", "-n4", "--single-process"], env=env,
-                           capture_output=True, text=True, timeout=120)
-    assert plain.returncode == 0, plain.stdout + plain.stderr
+    monkeypatch.setenv("SGLANG_SPEC_PLUGINS_CONFIG", str(tmp_path / "plugins.toml"))
+    status, out, err = cli("check", "-n4", "--single-process")
+    assert status == 0, out + err
     not_run = "validate_server_args and worker_factory of BAD (plugin 'bad'), which need SGLang's ServerArgs"
-    assert f"SGLang: not installed here; not run: {not_run}, and the checks on the SGLang release" in plain.stdout, plain.stdout
-    assert plain.stdout.splitlines()[-1] == "ok, except what was not run here (SGLang is not installed)", plain.stdout
-    report = json.loads(subprocess.run([sys.executable, "-m", "sglang_spec_plugins", "check", "-n4", "--single-process",
-                                        "--json"], env=env, capture_output=True, text=True, timeout=120).stdout)
+    assert f"SGLang: not installed here; not run: {not_run}, and the checks on the SGLang release" in out, out
+    assert out.splitlines()[-1] == "ok, except what was not run here (SGLang is not installed)", out
+    report = json.loads(cli("check", "-n4", "--single-process", "--json")[1])
     assert report["ok"] and report["not_run"] == [not_run], report

@@ -1,4 +1,5 @@
-"""The CLI, run as a user runs it: the installed console script in a subprocess."""
+"""The CLI: ``main(argv)`` in this process (the ``cli`` fixture), and the installed console script in a
+subprocess where a process of its own is the point (each such test says why)."""
 
 import json
 import os
@@ -19,22 +20,31 @@ EXAMPLES = ROOT / "tests" / "examples.toml"
 EXE = Path(sys.executable).with_name("sglang-spec-plugins")
 
 
-def run(*args, env=None, cwd=None):
-    return subprocess.run([str(EXE), *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=300)
+def run(*args, cwd=None):
+    """The console script in a subprocess, in this process's environment."""
+    return subprocess.run([str(EXE), *args], capture_output=True, text=True, cwd=cwd, timeout=300)
+
+
+@pytest.fixture(autouse=True)
+def examples(monkeypatch):
+    """No SGLANG_SPEC_PLUGINS* setting of the caller's; plugins.toml: the two shape examples."""
+    for name in [k for k in os.environ if k.startswith("SGLANG_SPEC_PLUGINS")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("SGLANG_SPEC_PLUGINS_CONFIG", str(EXAMPLES))
 
 
 @pytest.fixture
-def env(tmp_path):
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_SPEC_PLUGINS")}
-    environ["SGLANG_SPEC_PLUGINS_CONFIG"] = str(EXAMPLES)
-    return environ
+def drafters(site, monkeypatch):
+    """``site`` (tests/conftest.py), also on PYTHONPATH: the fresh process ``check`` starts finds its drafters too."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(site.path), os.environ.get("PYTHONPATH")])))
+    return site
 
 
 @pytest.mark.sglang
-def test_list_json_shows_example_hooks_with_distribution_and_version(env):
-    out = run("list", "--json", env=env)
-    assert out.returncode == 0, out.stderr
-    data = json.loads(out.stdout)
+def test_list_json_shows_example_hooks_with_distribution_and_version(cli):
+    status, out, err = cli("list", "--json")
+    assert status == 0, err
+    data = json.loads(out)
     assert data["config"] == str(EXAMPLES)
     widths = {i["plugin"]: i for i in data["hooks"]["sgl_spec_verify_width"]}
     assert widths["sbd"]["distribution"] == "sglang-spec-example-sbd" and widths["sbd"]["version"] == "0.1.0"
@@ -47,18 +57,18 @@ def test_list_json_shows_example_hooks_with_distribution_and_version(env):
 
 
 @pytest.mark.sglang
-def test_list_text(env):
-    out = run("list", env=env)
-    assert out.returncode == 0
-    assert "sgl_spec_verify_width" in out.stdout
-    assert "SBD              plugin sbd (sglang-spec-example-sbd==0.1.0), overlap=False" in out.stdout
+def test_list_text(cli):
+    status, out, _ = cli("list")
+    assert status == 0
+    assert "sgl_spec_verify_width" in out
+    assert "SBD              plugin sbd (sglang-spec-example-sbd==0.1.0), overlap=False" in out
 
 
 @pytest.mark.sglang
-def test_check_good_file_resolves_widths(env):
-    out = run("check", str(EXAMPLES), "-n", "16", "--disable-overlap-schedule", "--json", env=env)
-    data = json.loads(out.stdout)
-    assert out.returncode == 0, data["problems"]
+def test_check_good_file_resolves_widths(cli):
+    status, out, _ = cli("check", EXAMPLES, "-n", "16", "--disable-overlap-schedule", "--json")
+    data = json.loads(out)
+    assert status == 0, data["problems"]
     assert data["ok"] is True
     assert data["algorithms"]["SBD"]["widths"]["16"] == {"target": 8, "max": 16}  # its draft worker never verifies
     assert data["algorithms"]["DFLASH_BLOCK"]["widths"]["16"] == {"target": 16, "draft": 16, "max": 16}
@@ -68,36 +78,36 @@ def test_check_good_file_resolves_widths(env):
     assert len(data["fingerprint"]) == 16
 
 
-def test_check_lists_every_problem_and_fails(env, tmp_path):
+def test_check_lists_every_problem_and_fails(cli, tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text("[plugins]\non_error = 'maybe'\nenable = ['sbd']\ndisable = ['sbd']\n[algorithms.EAGLE]\n")
-    out = run("check", str(bad), env=env)
-    assert out.returncode == 1
-    assert f"error: {bad}: [plugins] on_error must be one of 'fail', 'skip', got 'maybe'" in out.stderr
-    assert f"error: {bad}: [plugins] plugin 'sbd' is in both enable and disable" in out.stderr
-    assert f"error: {bad}: [algorithms.EAGLE] 'EAGLE' is a built-in SGLang algorithm name" in out.stderr
+    status, _, err = cli("check", bad)
+    assert status == 1
+    assert f"error: {bad}: [plugins] on_error must be one of 'fail', 'skip', got 'maybe'" in err
+    assert f"error: {bad}: [plugins] plugin 'sbd' is in both enable and disable" in err
+    assert f"error: {bad}: [algorithms.EAGLE] 'EAGLE' is a built-in SGLang algorithm name" in err
 
 
 @pytest.mark.sglang
-def test_check_reports_bad_widths(env, tmp_path):
+def test_check_reports_bad_widths(cli, tmp_path):
     cfg = tmp_path / "narrow.toml"
     cfg.write_text("[algorithms.SBD]\nmax_tokens_per_req = 16\nverify_width = 32\n")
-    out = run("check", str(cfg), "-n", "16", env=env)
-    assert out.returncode == 1
+    status, _, err = cli("check", cfg, "-n", "16")
+    assert status == 1
     assert ("plugin 'sbd' (sglang-spec-example-sbd==0.1.0): algorithm SBD: "
-            "sgl_spec_verify_width(num_draft_tokens=16, is_draft_worker=False) returned 32") in out.stderr
+            "sgl_spec_verify_width(num_draft_tokens=16, is_draft_worker=False) returned 32") in err
 
 
 @pytest.mark.sglang
-def test_check_predicts_sglangs_refusals(env, tmp_path):
+def test_check_predicts_sglangs_refusals(cli, tmp_path):
     """The release's overlap rule, and the start-up check of a draft model against the block, as SGLang applies them."""
     from sglang_spec_plugins.testing.draft_checkpoint import dflash_draft
     from sglang_spec_plugins.testing.scheduler_start import TINY_LLAMA
 
     draft = dflash_draft(tmp_path / "draft", TINY_LLAMA, block_size=16, mask_token_id=3, target_layer_ids=[0])
-    out = run("check", str(EXAMPLES), "-n", "8", "--speculative-draft-model-path", str(draft), "--json", env=env)
-    problems = json.loads(out.stdout)["problems"]
-    assert out.returncode == 1
+    status, out, _ = cli("check", EXAMPLES, "-n", "8", "--speculative-draft-model-path", draft, "--json")
+    problems = json.loads(out)["problems"]
+    assert status == 1
     block = ("plugin 'dflash_block' (sglang-spec-example-dflash-block==0.1.0): algorithm DFLASH_BLOCK: "
              f"{draft / 'config.json'} dflash_config.block_size = 16: the draft runner drafts blocks of 8 at "
              "--speculative-num-draft-tokens 8; serve it with --speculative-num-draft-tokens 16")
@@ -107,11 +117,11 @@ def test_check_predicts_sglangs_refusals(env, tmp_path):
 
 
 @pytest.mark.sglang
-def test_check_says_which_attention_backend_refuses_the_width(env):
+def test_check_says_which_attention_backend_refuses_the_width(cli):
     """SBD verifies 8 tokens at ndt 16: FA3 lays the target worker out at ndt."""
-    out = run("check", str(EXAMPLES), "-n", "16", "--disable-overlap-schedule", "--attention-backend", "fa3", "--json", env=env)
-    data = json.loads(out.stdout)
-    assert out.returncode == 1
+    status, out, _ = cli("check", EXAMPLES, "-n", "16", "--disable-overlap-schedule", "--attention-backend", "fa3", "--json")
+    data = json.loads(out)
+    assert status == 1
     sbd, block = data["sglang"]["backends"]["SBD"]["16"], data["sglang"]["backends"]["DFLASH_BLOCK"]["16"]
     assert list(sbd) == ["target worker"] and list(block) == ["target worker", "draft worker"]  # DFLASH_BLOCK's draft verifies
     assert sbd["target worker"]["fa3"]["verdict"] == "refused"
@@ -121,46 +131,47 @@ def test_check_says_which_attention_backend_refuses_the_width(env):
         f"(chain, ndt 16) on SGLang {data['sglang']['version']} is refused: " + sbd["target worker"]["fa3"]["reason"]]
 
 
-def test_check_compares_answers_with_a_fresh_process(env, tmp_path):
-    """A width that is stable within a process but differs between processes (as between TP ranks)."""
+def test_check_compares_answers_with_a_fresh_process(cli, drafters, tmp_path):
+    """A width that is stable within a process but differs between processes (as between TP ranks): the
+    module counts its imports, this process's is the first and check's fresh process's the second."""
     counter = tmp_path / "imports"
     source = simple_plugin("RANKED", width="WIDTH").replace(
         "class Worker:", f"import pathlib\n_c = pathlib.Path({str(counter)!r})\n_c.write_text(_c.read_text() + 'x' if _c.exists() else 'x')\n"
                          "WIDTH = len(_c.read_text())\n\nclass Worker:")
-    make_dist(tmp_path / "site", "ranked-drafter", {"ranked": "ranked_mod"}, {"ranked_mod": source})
+    drafters.add("ranked-drafter", {"ranked": "ranked_mod"}, {"ranked_mod": source})
     cfg = tmp_path / "ranked.toml"
     cfg.write_text("[plugins]\nenable = ['ranked']\n")
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tmp_path / "site"), env.get("PYTHONPATH")]))
-    out = run("check", str(cfg), "-n", "4", env=env)
-    assert out.returncode == 1
+    status, _, err = cli("check", cfg, "-n", "4")
+    assert status == 1
     assert ("algorithm RANKED (plugin ranked): a fresh process got other widths ({'4': {'target': 2, 'max': 4}} "
-            "instead of {'4': {'target': 1, 'max': 4}}): its answers depend on the process") in out.stderr
+            "instead of {'4': {'target': 1, 'max': 4}}): its answers depend on the process") in err
 
 
 @pytest.mark.parametrize("config", ["good", "bad"])
-def test_list_json_into_a_closed_pipe_says_nothing(env, tmp_path, config):
+def test_list_json_into_a_closed_pipe_says_nothing(monkeypatch, tmp_path, config):
     """The reader leaves after 10 bytes; with a config problem too, no traceback."""
     if config == "bad":
         (tmp_path / "bad.toml").write_text("[plugins]\non_error = 'maybe'\n")
-        env["SGLANG_SPEC_PLUGINS_CONFIG"] = str(tmp_path / "bad.toml")
+        monkeypatch.setenv("SGLANG_SPEC_PLUGINS_CONFIG", str(tmp_path / "bad.toml"))
     reader = "python3 -c 'import sys, time; sys.stdout.write(sys.stdin.read(10)); sys.stdout.flush(); sys.stdin.close()'"
-    out = subprocess.run(f"{EXE} list --json | {reader}", shell=True, capture_output=True, text=True, env=env, timeout=120)
+    # a subprocess: its standard output is a pipe the reader closes
+    out = subprocess.run(f"{EXE} list --json | {reader}", shell=True, capture_output=True, text=True, timeout=120)
     assert out.stderr == "" and out.stdout.startswith("{")
 
 
 @pytest.mark.parametrize("command", ["list", "check"])
-def test_unreadable_config_is_a_json_problem_not_a_traceback(env, tmp_path, command):
+def test_unreadable_config_is_a_json_problem_not_a_traceback(cli, monkeypatch, tmp_path, command):
     bad = tmp_path / "plugins.toml"
     bad.write_bytes(b"[plugins]\non_error = '\xff'\n")
-    env["SGLANG_SPEC_PLUGINS_CONFIG"] = str(bad)
-    out = run(command, "--json", env=env)
-    assert out.returncode == 1 and "Traceback" not in out.stderr
-    assert json.loads(out.stdout) == {"ok": False, "problems": [f"{bad}: not UTF-8 text: byte 0xff at line 2, column 13"]}
+    monkeypatch.setenv("SGLANG_SPEC_PLUGINS_CONFIG", str(bad))
+    status, out, err = cli(command, "--json")
+    assert status == 1 and "Traceback" not in err
+    assert json.loads(out) == {"ok": False, "problems": [f"{bad}: not UTF-8 text: byte 0xff at line 2, column 13"]}
 
 
-def test_check_missing_file(env, tmp_path):
-    out = run("check", str(tmp_path / "none.toml"), env=env)
-    assert out.returncode == 1 and "none.toml: no such file" in out.stderr
+def test_check_missing_file(cli, tmp_path):
+    status, _, err = cli("check", tmp_path / "none.toml")
+    assert status == 1 and "none.toml: no such file" in err
 
 
 CPU_HARNESS = ("CPU harness: torch {torch} has no GPU, so SGLang was imported with stand-ins for torchvision::nms and "
@@ -169,15 +180,16 @@ CPU_HARNESS = ("CPU harness: torch {torch} has no GPU, so SGLang was imported wi
 
 
 @pytest.mark.sglang
-def test_check_in_the_quickstart_venv_gives_sglang_verdicts(env):
+def test_check_in_the_quickstart_venv_gives_sglang_verdicts(monkeypatch):
     """What a newcomer runs after examples/quickstart.sh, in the repository root: plain `check` of the
     bundled plugins.toml, fresh-process comparison included, SGLang's verdicts read on the CPU harness,
     and the output says so."""
     import torch
     from importlib import metadata
 
-    env.pop("SGLANG_SPEC_PLUGINS_CONFIG")
-    out = run("check", "-n", "4", "--disable-overlap-schedule", env=env, cwd=ROOT)
+    monkeypatch.delenv("SGLANG_SPEC_PLUGINS_CONFIG")
+    # a subprocess: the installed console script in a fresh interpreter, SGLang first imported by check itself
+    out = run("check", "-n", "4", "--disable-overlap-schedule", cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert CPU_HARNESS.format(torch=torch.__version__) in out.stdout
     assert f"SGLang: {metadata.version('sglang')}: can serve plugin algorithms" in out.stdout
@@ -187,14 +199,15 @@ def test_check_in_the_quickstart_venv_gives_sglang_verdicts(env):
 
 
 @pytest.mark.sglang
-def test_doctor_in_the_quickstart_venv(env):
+def test_doctor_in_the_quickstart_venv(cli, monkeypatch):
     import torch
     from importlib import metadata
 
-    env.pop("SGLANG_SPEC_PLUGINS_CONFIG")
-    out = run("doctor", "--json", env=env, cwd=ROOT)
-    data = json.loads(out.stdout)
-    assert out.returncode == 0, data
+    monkeypatch.delenv("SGLANG_SPEC_PLUGINS_CONFIG")
+    monkeypatch.chdir(ROOT)
+    status, out, _ = cli("doctor", "--json")
+    data = json.loads(out)
+    assert status == 0, data
     assert data["sglang"]["version"] == metadata.version("sglang")
     assert data["sglang"]["cpu_harness"] == CPU_HARNESS.format(torch=torch.__version__)
     assert data["sglang"]["algorithm_registry"] is True and data["sglang"]["plugin_framework"] is True
@@ -202,66 +215,69 @@ def test_doctor_in_the_quickstart_venv(env):
 
 
 @pytest.mark.sglang
-def test_doctor_reports_a_broken_sglang_install(env, tmp_path):
+def test_doctor_reports_a_broken_sglang_install(monkeypatch, tmp_path):
     """An SGLang whose speculative modules do not import: doctor says why, not "no"."""
     (tmp_path / "sitecustomize.py").write_text("import sys\nsys.modules['sglang.srt.speculative.spec_info'] = None\n")
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tmp_path), env.get("PYTHONPATH")]))
-    out = run("doctor", env=env)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
+    # a subprocess: a fresh interpreter whose SGLang breaks at start (this one's imported it, its probe is cached)
+    out = run("doctor")
     assert out.returncode == 1
     assert "  import failed: ModuleNotFoundError: import of sglang.srt.speculative.spec_info halted; None in sys.modules" in out.stdout
     assert "plugin framework" not in out.stdout
 
 
 @pytest.mark.parametrize("value", ["0", "-3", "x"])
-def test_check_num_draft_tokens_below_one_is_a_usage_error(env, value):
-    out = run("check", "-n", value, env=env)
-    assert out.returncode == 2 and out.stdout == ""
-    assert "sglang-spec-plugins check: error: argument --num-draft-tokens/-n: " in out.stderr
-    assert ("is not a speculative_num_draft_tokens: it must be 1 or more" if value != "x" else "'x' is not an integer") in out.stderr
+def test_check_num_draft_tokens_below_one_is_a_usage_error(cli, value):
+    status, out, err = cli("check", "-n", value)
+    assert status == 2 and out == ""
+    assert "sglang-spec-plugins check: error: argument --num-draft-tokens/-n: " in err
+    assert ("is not a speculative_num_draft_tokens: it must be 1 or more" if value != "x" else "'x' is not an integer") in err
 
 
 @pytest.mark.sglang
-def test_check_flags_an_unknown_attention_backend(env):
-    out = run("check", "-n", "16", "--disable-overlap-schedule", "--attention-backend", "fa5", "--single-process", "--json", env=env)
-    data = json.loads(out.stdout)
-    assert out.returncode == 1
+def test_check_flags_an_unknown_attention_backend(cli):
+    status, out, _ = cli("check", "-n", "16", "--disable-overlap-schedule", "--attention-backend", "fa5", "--single-process", "--json")
+    data = json.loads(out)
+    assert status == 1
     assert [p for p in data["problems"] if "fa5" in p][0].startswith(
         f"--attention-backend fa5: SGLang {data['sglang']['version']} has no such attention backend (it accepts: ")
 
 
 @pytest.mark.sglang
-def test_check_prints_no_draft_width_where_the_draft_worker_may_not_verify(env):
-    out = run("check", "-n", "16", "--disable-overlap-schedule", "--single-process", env=env)
-    assert "algorithm SBD (plugin sbd): draft-may-verify=False; ndt=16: target 8, max 16" in out.stdout
-    assert "algorithm DFLASH_BLOCK (plugin dflash_block): draft-may-verify=True; ndt=16: target 16, draft 16, max 16" in out.stdout
+def test_check_prints_no_draft_width_where_the_draft_worker_may_not_verify(cli):
+    _, out, _ = cli("check", "-n", "16", "--disable-overlap-schedule", "--single-process")
+    assert "algorithm SBD (plugin sbd): draft-may-verify=False; ndt=16: target 8, max 16" in out
+    assert "algorithm DFLASH_BLOCK (plugin dflash_block): draft-may-verify=True; ndt=16: target 16, draft 16, max 16" in out
 
 
-def test_output_of_plugins_and_sglang_at_import_stays_off_json(env, tmp_path):
-    """A plugin that prints while imported: `check --json` and `list --json` still print one JSON document."""
-    make_dist(tmp_path / "site", "loud-drafter", {"loud": "loud_mod"},
-              {"loud_mod": "print('hello from loud_mod')\n" + simple_plugin("LOUD", width="2")})
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tmp_path / "site"), env.get("PYTHONPATH")]))
+def test_output_of_plugins_and_sglang_at_import_stays_off_json(cli, drafters, monkeypatch, tmp_path):
+    """A plugin that prints while imported: `check --json` and `list --json` still print one JSON document.
+    (Writes to the process's own standard output, fd 1 and ``sys.__stdout__``, are checked in a process of
+    its own: tests/on_sglang/test_plugin_code_in_a_process.py.)"""
+    drafters.add("loud-drafter", {"loud": "loud_mod"}, {"loud_mod": "print('hello from loud_mod')\n" + simple_plugin("LOUD", width="2")})
     (tmp_path / "loud.toml").write_text("[plugins]\nenable = ['loud']\n")
-    env["SGLANG_SPEC_PLUGINS_CONFIG"] = str(tmp_path / "loud.toml")
+    monkeypatch.setenv("SGLANG_SPEC_PLUGINS_CONFIG", str(tmp_path / "loud.toml"))
     for command in (["list", "--json"], ["check", "-n", "4", "--disable-overlap-schedule", "--json"]):
-        out = run(*command, env=env)
-        assert json.loads(out.stdout)["algorithms"]["LOUD"]["plugin"] == "loud", out.stdout
-        assert "hello from loud_mod" in out.stderr
+        monkeypatch.delitem(sys.modules, "loud_mod", raising=False)  # imported anew, as by each command's own process
+        _, out, err = cli(*command)
+        assert json.loads(out)["algorithms"]["LOUD"]["plugin"] == "loud", out
+        assert "hello from loud_mod" in err
 
 
 @pytest.mark.sglang
-def test_doctor_says_when_sglang_will_not_start_the_loader(env):
-    env["SGLANG_PLUGINS"] = "some_other_plugin"
-    out = run("doctor", "--json", env=env)
-    data = json.loads(out.stdout)
-    assert out.returncode == 1 and data["would_register"] == []
+def test_doctor_says_when_sglang_will_not_start_the_loader(cli, monkeypatch):
+    monkeypatch.setenv("SGLANG_PLUGINS", "some_other_plugin")
+    status, out, _ = cli("doctor", "--json")
+    data = json.loads(out)
+    assert status == 1 and data["would_register"] == []
     assert ("SGLANG_PLUGINS=some_other_plugin leaves out sglang_spec_plugins: SGLang will not start the loader, "
             "so no plugin algorithm is registered; add it to the list") in data["problems"]
 
 
 @pytest.mark.sglang
-def test_doctor_fingerprint_is_the_same_in_every_process(env):
-    prints = {json.loads(run("doctor", "--json", env=env).stdout)["fingerprint"] for _ in range(2)}
+def test_doctor_fingerprint_is_the_same_in_every_process(cli):
+    # two processes, each with its own hash seed: this one and the console script in a subprocess
+    prints = {json.loads(cli("doctor", "--json")[1])["fingerprint"], json.loads(run("doctor", "--json").stdout)["fingerprint"]}
     assert len(prints) == 1 and len(next(iter(prints))) == 16
 
 
@@ -287,6 +303,7 @@ def test_package_and_list_work_without_sglang(tmp_path):
         "assert 'sglang' not in sys.modules and 'torch' not in sys.modules, sorted(sys.modules)\n"
         "print('RC', rc, main(['doctor']))\n"
     )
+    # a subprocess: a fresh interpreter without site-packages, so without SGLang and torch
     out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, cwd=tmp_path,
                          env={"PYTHONPATH": str(lib), "PATH": os.environ.get("PATH", "")}, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -308,62 +325,61 @@ def test_package_and_list_work_without_sglang(tmp_path):
     ("hypothesis", "'hypothesis' would make the distribution 'hypothesis' and the module 'hypothesis', which is already "
                    "installed here (hypothesis)"),
 ])
-def test_new_refuses_names_that_cannot_work(env, tmp_path, name, message):
-    out = run("new", name, "--dir", str(tmp_path), env=env)
-    assert out.returncode == 1 and f"error: {message}" in out.stderr
+def test_new_refuses_names_that_cannot_work(cli, tmp_path, name, message):
+    status, _, err = cli("new", name, "--dir", tmp_path)
+    assert status == 1 and f"error: {message}" in err
     assert not (tmp_path / name).exists()
 
 
-def test_new_in_the_working_directory_through_python_m(env, tmp_path):
+def test_new_in_the_working_directory_through_python_m(tmp_path):
     """``python -m`` puts the working directory on sys.path: the package just written there is importable."""
+    # a subprocess: `python -m` itself, started in that directory
     out = subprocess.run([sys.executable, "-m", "sglang_spec_plugins", "new", "cwd_drafter"], capture_output=True,
-                         text=True, env=env, cwd=tmp_path, timeout=300)
+                         text=True, cwd=tmp_path, timeout=300)
     assert out.returncode == 0 and "error" not in out.stdout + out.stderr, out.stdout + out.stderr
     assert "wrote cwd_drafter (distribution cwd-drafter, plugin cwd_drafter, algorithm CWD_DRAFTER)" in out.stdout + out.stderr
     assert (tmp_path / "cwd_drafter" / "cwd_drafter" / "worker.py").is_file()
 
 
-def test_new_into_a_directory_it_cannot_write(env):
-    out = run("new", "mydraft", "--dir", "/proc/no-such-dir", env=env)
-    assert out.returncode == 1 and "Traceback" not in out.stderr
-    assert "error: cannot write the package into /proc/no-such-dir: " in out.stderr
+def test_new_into_a_directory_it_cannot_write(cli):
+    status, _, err = cli("new", "mydraft", "--dir", "/proc/no-such-dir")
+    assert status == 1 and "Traceback" not in err
+    assert "error: cannot write the package into /proc/no-such-dir: " in err
 
 
-def test_a_generator_from_sgl_spec_algorithms_is_reported_once(env, tmp_path):
+def test_a_generator_from_sgl_spec_algorithms_is_reported_once(cli, drafters, tmp_path):
     """Its repr differs in every process; the fresh-process comparison must not report it again."""
     source = simple_plugin("GEN").replace("return [AlgorithmSpec(", "return (s for s in [AlgorithmSpec(").replace("Worker)]", "Worker)])")
-    make_dist(tmp_path / "site", "gen-drafter", {"gen": "gen_mod"}, {"gen_mod": source})
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tmp_path / "site"), env.get("PYTHONPATH")]))
+    drafters.add("gen-drafter", {"gen": "gen_mod"}, {"gen_mod": source})
     (tmp_path / "gen.toml").write_text("[plugins]\nenable = ['gen']\n")
-    out = run("check", str(tmp_path / "gen.toml"), "--json", env=env)
-    assert out.returncode == 1
-    assert json.loads(out.stdout)["problems"] == [
+    status, out, _ = cli("check", tmp_path / "gen.toml", "--json")
+    assert status == 1
+    assert json.loads(out)["problems"] == [
         "plugin 'gen' (gen-drafter==1.0): sgl_spec_algorithms must return a list of AlgorithmSpec, got a generator "
         "(it is consumed once; return a list)"]
 
 
-def test_plain_check_finds_a_wrong_case_width_hook(env, tmp_path):
+def test_plain_check_finds_a_wrong_case_width_hook(cli, site, tmp_path):
     """No -n: the widths are still asked, at every default ndt the algorithm accepts."""
     source = simple_plugin("Lower") + (
         "\n@hookimpl\ndef sgl_spec_verify_width(algorithm, num_draft_tokens):\n"
         "    return 2 if algorithm == 'lower' else None\n")
-    make_dist(tmp_path / "site", "lower-drafter", {"lower": "lower_mod"}, {"lower_mod": source})
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tmp_path / "site"), env.get("PYTHONPATH")]))
+    site.add("lower-drafter", {"lower": "lower_mod"}, {"lower_mod": source})
     (tmp_path / "lower.toml").write_text("[plugins]\nenable = ['lower']\n")
-    out = run("check", str(tmp_path / "lower.toml"), "--single-process", env=env)
-    assert out.returncode == 1
+    status, _, err = cli("check", tmp_path / "lower.toml", "--single-process")
+    assert status == 1
     assert ("error: plugin 'lower' (lower-drafter==1.0): algorithm LOWER: sgl_spec_verify_width(num_draft_tokens=1, "
-            "is_draft_worker=False) returned None for its own algorithm LOWER; hooks receive the name upper case") in out.stderr
-    assert "(found at a default ndt; `check -n 1` shows it alone)" in out.stderr
+            "is_draft_worker=False) returned None for its own algorithm LOWER; hooks receive the name upper case") in err
+    assert "(found at a default ndt; `check -n 1` shows it alone)" in err
 
 
 @pytest.mark.sglang
-def test_check_reports_widths_by_batch_and_their_backends(env, tmp_path):
+def test_check_reports_widths_by_batch_and_their_backends(cli, tmp_path):
     cfg = tmp_path / "adaptive.toml"
     cfg.write_text("[plugins]\nenable = ['sbd']\n[algorithms.SBD]\nmax_tokens_per_req = 16\n"
                    "widths_by_batch_size = {1 = 16, 8 = 8, 64 = 4}\n")
-    out = run("check", str(cfg), "-n", "16", "--json", "--single-process", env=env)
-    data = json.loads(out.stdout)
+    _, out, _ = cli("check", cfg, "-n", "16", "--json", "--single-process")
+    data = json.loads(out)
     widths = data["algorithms"]["SBD"]["widths"]["16"]
     assert widths["target_widths_by_batch_size"] == {"1": 16, "8": 8, "64": 4} and widths["target"] == 16
     verdicts = data["sglang"]["backends"]["SBD"]["16"]["target worker"]
@@ -376,17 +392,18 @@ def test_check_reports_widths_by_batch_and_their_backends(env, tmp_path):
         assert verdicts["triton"] == {"verdict": "refused", "reason": "at width 4: lays TARGET_VERIFY out at "
                                       "speculative_num_draft_tokens (refused at start-up)"}, verdicts["triton"]
     assert verdicts["aiter_mla"]["verdict"] == "refused" and verdicts["aiter_mla"]["reason"].startswith("at width 4: ")
-    text = run("check", str(cfg), "-n", "16", "--single-process", env=env).stdout
+    text = cli("check", cfg, "-n", "16", "--single-process")[1]
     assert "target 16, max 16, target widths by batch size {1 = 16, 8 = 8, 64 = 4}" in text and "draft widths" not in text
 
 
-def test_check_counts_the_cuda_graphs_of_widths_to_choose_from(env, tmp_path):
+@pytest.mark.sglang  # enables the example drafter sbd
+def test_check_counts_the_cuda_graphs_of_widths_to_choose_from(cli, tmp_path):
     cfg = tmp_path / "choose.toml"
     cfg.write_text("[plugins]\nenable = ['sbd']\n[algorithms.SBD]\nmax_tokens_per_req = 16\n"
                    "widths_by_batch_size = {1 = [4, 8, 16], 8 = [2, 4], 64 = [1, 2]}\nwidths_by_acceptance = {margin = 0.05}\n")
-    args = ("check", str(cfg), "-n", "16", "--single-process", "--disable-overlap-schedule", "--cuda-graph-bs", "1", "8", "64",
+    args = ("check", cfg, "-n", "16", "--single-process", "--disable-overlap-schedule", "--cuda-graph-bs", "1", "8", "64",
             "--vocab-size", "1000")
-    data = json.loads(run(*args, "--json", env=env).stdout)
+    data = json.loads(cli(*args, "--json")[1])
     assert data["ok"], data["problems"]
     entry = data["algorithms"]["SBD"]
     assert entry["widths_by_acceptance"]["margin"] == 0.05 and entry["widths_by_acceptance"]["interval_steps"] == 4
@@ -395,16 +412,17 @@ def test_check_counts_the_cuda_graphs_of_widths_to_choose_from(env, tmp_path):
     # size 1 at 4, 8, 16; size 8 at 2, 4; size 64 at 1, 2
     assert widths["target_cuda_graphs"] == {"capture_sizes": [1, 8, 64], "graphs": 7, "logit_rows": 28 + 48 + 192,
                                             "logit_bytes": 268 * 1000 * 4}
-    text = run(*args, env=env).stdout
+    text = cli(*args)[1]
     assert ("target widths by batch size {1 = [4, 8, 16], 8 = [2, 4], 64 = [1, 2]} (7 CUDA graphs over --cuda-graph-bs "
             "1 8 64, 268 logit rows (0.00 GiB))") in text
 
 
-def test_check_refuses_the_controller_without_widths_to_choose_from(env, tmp_path):
+@pytest.mark.sglang  # enables the example drafter sbd
+def test_check_refuses_the_controller_without_widths_to_choose_from(cli, tmp_path):
     cfg = tmp_path / "none.toml"
     cfg.write_text("[plugins]\nenable = ['sbd']\n[algorithms.SBD]\nmax_tokens_per_req = 16\n"
                    "widths_by_batch_size = {1 = 16, 8 = 8}\nwidths_by_acceptance = true\n")
-    data = json.loads(run("check", str(cfg), "-n", "16", "--single-process", "--json", env=env).stdout)
+    data = json.loads(cli("check", cfg, "-n", "16", "--single-process", "--json")[1])
     assert not data["ok"]
     assert any("widths_by_acceptance in " in p and "chooses each step's width among its batch-size bucket's widths" in p
                for p in data["problems"]), data["problems"]
@@ -414,7 +432,8 @@ def test_check_refuses_the_controller_without_widths_to_choose_from(env, tmp_pat
 def test_check_looks_up_no_model_for_the_placeholder_model_path(cli, monkeypatch, tmp_path):
     """Without --model-path, check's ServerArgs carry a placeholder: DFLASH_BLOCK's checks of the target (its
     config against the draft's, the sites that ask whether it is hybrid) read no config for it (on the hub, a
-    request retried for ~20 s without a network); a --model-path given is read."""
+    request retried for ~20 s without a network); a --model-path given is read, where the release builds its
+    ServerArgs here (0.5.16 on a CPU builds none for a hub id, "No accelerator": check says it did not run them)."""
     from types import SimpleNamespace
 
     from transformers import AutoConfig
@@ -425,14 +444,21 @@ def test_check_looks_up_no_model_for_the_placeholder_model_path(cli, monkeypatch
 
     asked = []
     monkeypatch.setattr(AutoConfig, "from_pretrained", lambda path, **kwargs: asked.append(path) or SimpleNamespace(to_dict=dict))
-    status, out, _ = cli("check", "-n", "16", "--disable-overlap-schedule", "--single-process", "--json")
-    assert status == 0 and asked == [], (asked, out)
-    cli("check", "-n", "16", "--disable-overlap-schedule", "--single-process", "--json", "--model-path", "org/target")
-    assert asked == (["org/target"] if "hybrid_target" in summary().get("refused", {}) else []), asked
+
+    def check(*args):
+        """check's report, and whether it built the release's ServerArgs for DFLASH_BLOCK."""
+        _, out, _ = cli("check", "-n", "16", "--disable-overlap-schedule", "--single-process", "--json", *args)
+        data = json.loads(out)
+        return data, not any("ServerArgs could not be built here" in line and "DFLASH_BLOCK" in line
+                             for line in data["sglang"]["lines"])
+
+    data, _ = check()
+    assert data["ok"] and asked == [], (asked, data["problems"])
+    _, built = check("--model-path", "org/target")
+    assert asked == (["org/target"] if built and "hybrid_target" in summary().get("refused", {}) else []), asked
     asked.clear()
     draft = dflash_draft(tmp_path / "draft", TINY_LLAMA, block_size=16, mask_token_id=3, target_layer_ids=[0])
-    cli("check", "-n", "16", "--disable-overlap-schedule", "--single-process", "--speculative-draft-model-path", draft)
+    check("--speculative-draft-model-path", draft)
     assert asked == [], asked
-    cli("check", "-n", "16", "--disable-overlap-schedule", "--single-process", "--speculative-draft-model-path", draft,
-        "--model-path", "org/target")
-    assert "org/target" in asked, asked
+    _, built = check("--speculative-draft-model-path", draft, "--model-path", "org/target")
+    assert ("org/target" in asked) == built, (asked, built)
