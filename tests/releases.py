@@ -341,6 +341,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--ci", action="store_true", help=f"the CI matrix: {' '.join(CI_RELEASES)}")
     parser.add_argument("--all", action="store_true", help="every supported release 0.5.12-0.5.23")
     parser.add_argument("--jobs", type=int, default=1, help="test: releases run at once (default 1)")
+    parser.add_argument("--skip-own", action="store_true",
+                        help="test: leave out the environment's own release (tests/run.sh tests it in its main run)")
     argv = sys.argv[1:] if argv is None else argv
     rest = argv[argv.index("--") + 1:] if "--" in argv else []
     args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
@@ -357,6 +359,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 0
     if args.command == "table":
         return table(releases, args.check)
+    if args.skip_own:
+        releases = [r for r in releases if r != metadata.version("sglang")]
     return test(releases, rest, args.jobs)
 
 
