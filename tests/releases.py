@@ -105,10 +105,12 @@ def environ_for(release: str) -> Dict[str, str]:
     return env
 
 
-RELEASE_DEPENDENT = "sglang and not own_releases"
+RELEASE_DEPENDENT = "sglang and not own_releases and not slow"
 """The tests each release of the matrix runs (unless the command names its own): every test under
 tests/on_sglang and every top-level test marked ``sglang`` (what ``check``, ``doctor`` and the kit say
-depends on the release), but those that pick their releases themselves."""
+depends on the release), but those that pick their releases themselves and the ``slow`` ones (each
+says which faster test guards its logic on every release; the main run, 0.5.23, runs them; name the
+file to run one on a release: ``releases.py test 0.5.16 -- tests/on_sglang/test_draft_model_serve.py``)."""
 
 
 def test(releases: List[str], pytest_args: List[str], jobs: int = 1) -> int:

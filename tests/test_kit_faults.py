@@ -13,7 +13,8 @@ import pytest
 from dists import simple_plugin
 from test_kit import install, kit
 
-pytestmark = pytest.mark.sglang
+# slow: the main run (0.5.23) runs it; on the other releases the kit's checks on each release: test_kit and test_examples_start run on every release
+pytestmark = [pytest.mark.slow, pytest.mark.sglang]
 
 
 

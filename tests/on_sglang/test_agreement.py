@@ -14,6 +14,10 @@ import sys
 from pathlib import Path
 
 from dists import make_dist, simple_plugin
+import pytest  # noqa: E402
+
+# slow: the main run (0.5.23) runs it; on the other releases the agreement is this package's (tests/test_agreement*.py); test_agreement_directory runs on every release
+pytestmark = pytest.mark.slow
 
 HERE = Path(__file__).resolve().parent
 CONFIG = "[plugins]\nenable = ['skew']\n[algorithms.SKEW]\nmax_tokens_per_req = 8\n"

@@ -11,6 +11,10 @@ from pathlib import Path
 
 from dists import make_dist, simple_plugin
 from sglang_spec_plugins.engine.worker_contract import contract
+import pytest  # noqa: E402
+
+# slow: the main run (0.5.23) runs it; on the other releases the loader's INFO line (tests/on_sglang/test_loader.py) runs on every release
+pytestmark = pytest.mark.slow
 
 HERE = Path(__file__).resolve().parent
 TOML = """

@@ -28,9 +28,10 @@ from sglang_spec_plugins.testing.soak import ABORT, REFUSED_KINDS, STRICT_POOL_C
 REQUESTS, SEED = 32, 0
 REFUSAL = "PROMPT_LOOKUP speculative decoding serves greedy requests only; this one asks for "
 
-pytestmark = pytest.mark.skipif(
+# slow: the main run (0.5.23) runs it; on the other releases the soak's request set and verdict (tests/test_soak.py) and the real Scheduler's start (test_scheduler_start) run on every release
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     contract().non_overlap_schema != "v2-sync",
-    reason=f"PROMPT_LOOKUP refuses SGLang {contract().release} by design (it drives the V2 schema, 0.5.14+)")
+    reason=f"PROMPT_LOOKUP refuses SGLang {contract().release} by design (it drives the V2 schema, 0.5.14+)")]
 
 
 def _soak(tmp_path, algorithm, *options):
