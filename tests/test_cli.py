@@ -65,11 +65,22 @@ def test_list_text(cli):
 
 
 @pytest.mark.sglang
+def draft_model_refusal():
+    """The one problem check reports for DFLASH_BLOCK on a release before the V2 schema (0.5.12-0.5.13), or None."""
+    from importlib import metadata
+
+    release = metadata.version("sglang")
+    if Version(release) >= Version("0.5.14"):
+        return None
+    return (f"plugin 'dflash_block' (sglang-spec-example-dflash-block==0.1.0): algorithm DFLASH_BLOCK: a worker with "
+            f"its own draft model needs SGLang 0.5.14+ (the V2 speculative schema); SGLang {release} is not served")
+
+
 def test_check_good_file_resolves_widths(cli):
     status, out, _ = cli("check", EXAMPLES, "-n", "16", "--disable-overlap-schedule", "--json")
     data = json.loads(out)
-    assert status == 0, data["problems"]
-    assert data["ok"] is True
+    refused = draft_model_refusal()
+    assert (status, data["ok"], data["problems"]) == ((1, False, [refused]) if refused else (0, True, [])), data["problems"]
     assert data["algorithms"]["SBD"]["widths"]["16"] == {"target": 8, "max": 16}  # its draft worker never verifies
     assert data["algorithms"]["DFLASH_BLOCK"]["widths"]["16"] == {"target": 16, "draft": 16, "max": 16}
     from importlib import metadata
@@ -108,6 +119,9 @@ def test_check_predicts_sglangs_refusals(cli, tmp_path):
     status, out, _ = cli("check", EXAMPLES, "-n", "8", "--speculative-draft-model-path", draft, "--json")
     problems = json.loads(out)["problems"]
     assert status == 1
+    if draft_model_refusal():  # before 0.5.14 the draft model is not examined: the algorithm is refused whole
+        assert draft_model_refusal() in problems, problems
+        return
     block = ("plugin 'dflash_block' (sglang-spec-example-dflash-block==0.1.0): algorithm DFLASH_BLOCK: "
              f"{draft / 'config.json'} dflash_config.block_size = 16: the draft runner drafts blocks of 8 at "
              "--speculative-num-draft-tokens 8; serve it with --speculative-num-draft-tokens 16")
@@ -190,6 +204,9 @@ def test_check_in_the_quickstart_venv_gives_sglang_verdicts(monkeypatch):
     monkeypatch.delenv("SGLANG_SPEC_PLUGINS_CONFIG")
     # a subprocess: the installed console script in a fresh interpreter, SGLang first imported by check itself
     out = run("check", "-n", "4", "--disable-overlap-schedule", cwd=ROOT)
+    if Version(metadata.version("sglang")) < Version("0.5.14"):  # PROMPT_LOOKUP's own validator: the V2 schema only
+        assert out.returncode == 1 and "PROMPT_LOOKUP drives SGLang's V2 speculative schema (SGLang 0.5.14+)" in out.stderr
+        return
     assert out.returncode == 0, out.stderr
     assert CPU_HARNESS.format(torch=torch.__version__) in out.stdout
     assert f"SGLang: {metadata.version('sglang')}: can serve plugin algorithms" in out.stdout
@@ -453,6 +470,11 @@ def test_check_looks_up_no_model_for_the_placeholder_model_path(cli, monkeypatch
                              for line in data["sglang"]["lines"])
 
     data, _ = check()
+    if draft_model_refusal():  # before 0.5.14 DFLASH_BLOCK is refused whole: no draft-model check reads a config
+        assert data["problems"] == [draft_model_refusal()] and asked == [], (asked, data["problems"])
+        check("--model-path", "org/target")
+        assert asked == [], asked
+        return
     assert data["ok"] and asked == [], (asked, data["problems"])
     _, built = check("--model-path", "org/target")
     assert asked == (["org/target"] if built and "hybrid_target" in summary().get("refused", {}) else []), asked

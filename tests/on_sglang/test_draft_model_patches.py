@@ -45,14 +45,16 @@ def _readme_rows():
 def test_every_dflash_only_site_of_the_release_has_a_verdict_and_a_readme_row():
     found = _sites()
     assert found, "the probe finds no DFLASH-only site: its patterns no longer match this release"
+    import releases
+
+    if RELEASE not in releases.DRAFT_MODEL_RELEASES:  # refused whole there: no site is served
+        plans = plan_all(draft_model.PATCHES, RELEASE)
+        assert all(p.verdict == Verdict.NOT_NEEDED and "served from 0.5.14" in p.reason for p in plans.values()), plans
+        pytest.skip(f"SGLang {RELEASE} serves no draft-model plugin (0.5.14+)")
     assert [s.where for s in found if verdict(s) is UNKNOWN] == []
     counted = summary()  # what doctor reports
     assert counted["unexamined"] == [] and counted["served"] + counted["answered"] + sum(counted["refused"].values()) \
         == len(found)
-    import releases
-
-    if RELEASE not in releases.DRAFT_MODEL_RELEASES:
-        pytest.skip(f"SGLang {RELEASE} serves no draft-model plugin (0.5.14+)")
     here = {(s.file, s.function, _cell(verdict(s))) for s in found}
     listed = {(f, fn, what) for f, fn, rels, what in _readme_rows() if RELEASE in rels}
     assert here == listed, (sorted(here - listed), sorted(listed - here))
@@ -142,5 +144,8 @@ def test_the_input_embeds_cast_follows_the_draft_models_dtype_only_for_a_declari
     runner.spec_algorithm = SpeculativeAlgorithm.DFLASH
     assert draft_model.input_embeds_for(runner, embeds).dtype == torch.bfloat16  # the release's cast, unchanged
     plan = draft_model.INPUT_EMBEDS.plan(RELEASE)
+    if RELEASE not in __import__("releases").DRAFT_MODEL_RELEASES:  # the plugin is refused before any draft forward
+        assert plan.verdict == Verdict.NOT_NEEDED and "served from 0.5.14" in plan.reason, plan.reason
+        return
     assert plan.verdict == Verdict.APPLY, plan.reason
     assert re.search(r"ModelRunner\.(_extend_forward_kwargs|forward_extend)", plan.reason)

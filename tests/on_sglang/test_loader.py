@@ -11,6 +11,8 @@ import types
 
 import pytest
 
+from sglang_spec_plugins.engine.worker_contract import contract
+
 from sglang_spec_plugins import config
 from sglang_spec_plugins.engine.probe import probe
 from sglang_spec_plugins.errors import PluginError, StartupRefused
@@ -142,8 +144,10 @@ def test_bad_width_is_refused_when_sglang_hands_over_server_args(sglang_loaded, 
     with pytest.raises(PluginError, match=r"plugin 'wide' \(wide-drafter==1.0\): algorithm WIDE: sgl_spec_verify_width\(num_draft_tokens=4, is_draft_worker=False\) returned 8; it must be an int from 1 to the maximum width 4"):
         wide.handle_server_args(types.SimpleNamespace(speculative_num_draft_tokens=4))
     block = spec_algorithm().from_string("DFLASH_BLOCK")
+    why = (r"--speculative-draft-model-path is not set; the worker loads its draft model from it"
+           if contract().non_overlap_schema == "v2-sync" else r"a worker with its own draft model needs SGLang 0\.5\.14\+")
     with pytest.raises(PluginError, match=r"plugin 'dflash_block' \(sglang-spec-example-dflash-block==0.1.0\): algorithm "
-                       r"DFLASH_BLOCK: .*--speculative-draft-model-path is not set; the worker loads its draft model from it"):
+                       r"DFLASH_BLOCK: .*" + why):
         block.validate_server_args(types.SimpleNamespace(speculative_num_draft_tokens=8, disable_overlap_schedule=True))
     block.handle_server_args(types.SimpleNamespace(speculative_num_draft_tokens=16))
 
