@@ -16,6 +16,7 @@ import e2e_speculative as e2e  # noqa: E402
 RESULTS = ROOT / "benchmarks" / "results" / "e2e_speculative_h200.jsonl"
 
 
+@pytest.mark.sglang  # the engines' plugins.toml enable the controlled_acceptance example, installed with SGLang's environment
 @pytest.mark.parametrize("label", [label for label, spec in e2e.ENGINES.items() if spec["kind"] in ("static", "by_batch", "controller")])
 def test_each_engine_s_plugins_toml_is_valid_at_its_ndt(tmp_path, label):
     from sglang_spec_plugins import config
