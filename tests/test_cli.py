@@ -79,6 +79,7 @@ def draft_model_refusal():
             f"its own draft model needs SGLang 0.5.14+ (the V2 speculative schema); SGLang {release} is not served")
 
 
+@pytest.mark.sglang  # the example drafters of tests/examples.toml are installed with SGLang's environment
 def test_check_good_file_resolves_widths(cli):
     status, out, _ = cli("check", EXAMPLES, "-n", "16", "--disable-overlap-schedule", "--json")
     data = json.loads(out)
