@@ -65,7 +65,8 @@ enable = ["prompt_lookup"]
 max_tokens_per_req = 4
 widths_by_batch_size = {1 = 4, 8 = 2}
 """
-CHECK_ARGS = dict(speculative_algorithm="PROMPT_LOOKUP", speculative_num_draft_tokens=4, disable_overlap_schedule=True)
+CHECK_ARGS = dict(speculative_algorithm="PROMPT_LOOKUP", speculative_num_draft_tokens=4, disable_overlap_schedule=True,
+                  attention_backend="flashinfer")  # a CPU resolves torch_native, which widths by batch size refuse
 
 
 def write_plugins(site: Path) -> Path:
