@@ -77,18 +77,11 @@ def serve(algorithm: Optional[str], ndt: int = 4, max_new_tokens: Union[int, Seq
     except Exception as exc:
         return {"served": False, "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()[-3000:]}
     started = time.monotonic()
-    failure: List[str] = []
     verify_tokens: List[List[int]] = []
     verify_steps = _record_verify_steps(scheduler.tp_worker.model_runner, verify_tokens)
     chosen_widths = _record_chosen_widths()
 
-    def loop():
-        try:
-            scheduler.event_loop_normal()
-        except BaseException:  # reported, the main thread stops waiting
-            failure.append(traceback.format_exc()[-4000:])
-
-    threading.Thread(target=loop, daemon=True).start()
+    failure = run_event_loop(scheduler)
     requests = [_request(rid, tokens, length) for (rid, tokens), length in zip(PROMPTS.items(), lengths)]
     late = [requests.pop()] if late_after is not None else []
     for request in requests:
@@ -118,6 +111,21 @@ def serve(algorithm: Optional[str], ndt: int = 4, max_new_tokens: Union[int, Seq
             "chosen_widths": chosen_widths,
             "init_s": round(started - began, 1),
             "serve_s": round(time.monotonic() - started, 1)}
+
+
+def run_event_loop(scheduler) -> List[str]:
+    """Start the scheduler's own ``event_loop_normal`` in a daemon thread; the
+    list returned gets its traceback if it raises (the caller stops waiting)."""
+    failure: List[str] = []
+
+    def loop():
+        try:
+            scheduler.event_loop_normal()
+        except BaseException:
+            failure.append(traceback.format_exc()[-4000:])
+
+    threading.Thread(target=loop, daemon=True).start()
+    return failure
 
 
 def bind(port_args, sockets: Dict[str, Any]) -> None:

@@ -24,12 +24,11 @@ from __future__ import annotations
 import json
 import os
 import sys
-import threading
 import time
 import traceback
 from typing import Any, Dict, List, Optional, Sequence
 
-from .scheduler_serve import _request, bind
+from .scheduler_serve import _request, bind, run_event_loop
 from .scheduler_start import make_scheduler
 from .soak import SAMPLED, mixed_requests
 
@@ -56,15 +55,7 @@ def soak(algorithm: Optional[str], ndt: int = 4, requests: int = 32, seed: int =
         return {"served": False, "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()[-3000:]}
     from sglang.srt.managers.io_struct import AbortReq  # after make_scheduler's stand-ins
 
-    failure: List[str] = []
-
-    def loop():
-        try:
-            scheduler.event_loop_normal()
-        except BaseException:  # reported, the main thread stops waiting
-            failure.append(traceback.format_exc()[-4000:])
-
-    threading.Thread(target=loop, daemon=True).start()
+    failure = run_event_loop(scheduler)
     started = time.monotonic()
     pending = list(reversed(batch))
     by_rid = {r.rid: r for r in batch}
