@@ -8,7 +8,8 @@ graphs at the batch sizes measured). Every speculative engine but NGRAM runs the
 drafter (``examples/controlled_acceptance_drafter``): it drafts the target's own greedy continuation, recorded
 by the plain engine, each token kept with the cell's acceptance (sent per request as
 ``custom_params["acceptance"]``), so the acceptance is a parameter of the cell and the same at every width.
-Each cell runs its requests once untimed (the controller settles, kernels warm) and once timed.
+Each cell runs its requests once untimed (kernels warm; 16 tokens, or the cell's 128 where the controller
+settles) and once timed.
 
     python3 benchmarks/e2e_speculative.py run --out OUT [--state DIR] [--deadline S] [--only LABEL,...]
     python3 benchmarks/e2e_speculative.py tables RESULTS.jsonl           (anywhere: the README tables)
@@ -65,7 +66,9 @@ ENGINES: Dict[str, Dict[str, Any]] = {
     "static2_ndt8": {"kind": "static", "ndt": 8, "width": 2},
     "static8_ndt8": {"kind": "static", "ndt": 8, "width": 8},
     "ngram_ndt8": {"kind": "ngram", "ndt": 8},
-    "static16_ndt16": {"kind": "static", "ndt": 16, "width": 16},
+    # 128 requests x 16 tokens overflow flashinfer's default 384 MB workspace while SGLang captures the
+    # TARGET_VERIFY graph (seen on the H200, 0.5.16: batch_prefill_tmp_s); SGLang reads the size from this variable
+    "static16_ndt16": {"kind": "static", "ndt": 16, "width": 16, "env": {"SGLANG_FLASHINFER_WORKSPACE_SIZE": str(1 << 30)}},
     "controller_ndt16": {"kind": "controller", "ndt": 16},
     "by_batch_ndt16": {"kind": "by_batch", "ndt": 16},
     "ngram_ndt16": {"kind": "ngram", "ndt": 16},
@@ -119,7 +122,7 @@ def write_model() -> None:
         return
     from transformers import LlamaConfig
 
-    LlamaConfig(**LLAMA3_8B).save_pretrained(MODEL)
+    LlamaConfig(**LLAMA3_8B, architectures=["LlamaForCausalLM"]).save_pretrained(MODEL)  # SGLang picks the model class by it
 
 
 def engine_kwargs(spec: Dict[str, Any]) -> Dict[str, Any]:
@@ -146,8 +149,13 @@ def generate(engine, batch: int, new_tokens: int, acceptance: Optional[float]):
     return outputs, time.perf_counter() - started
 
 
-def cell(engine, batch: int, acceptance: Optional[float]) -> Dict[str, Any]:
-    generate(engine, batch, NEW_TOKENS, acceptance)  # untimed: the controller settles, kernels warm at this shape
+WARM_TOKENS = 16
+"""Tokens of the untimed run before a cell of an engine without the controller (kernels warm at the shape)."""
+
+
+def cell(engine, batch: int, acceptance: Optional[float], controller: bool) -> Dict[str, Any]:
+    # untimed: kernels warm at this shape; the controller's also settles at this batch size and acceptance
+    generate(engine, batch, NEW_TOKENS if controller else WARM_TOKENS, acceptance)
     outputs, seconds = generate(engine, batch, NEW_TOKENS, acceptance)
     tokens = sum(len(o["output_ids"]) for o in outputs)
     verify = sum(o.get("meta_info", {}).get("spec_verify_ct") or 0 for o in outputs)
@@ -169,6 +177,7 @@ def engine_main(label: str, out: Path) -> Dict[str, Any]:
         os.environ["SGLANG_SPEC_PLUGINS_CONFIG"] = str(config)
         record["plugins_toml"] = config.read_text()
         record["graphs_estimate"] = graphs_estimate(spec)
+    os.environ.update(spec.get("env", {}))
     import sglang
     import torch
 
@@ -185,14 +194,16 @@ def engine_main(label: str, out: Path) -> Dict[str, Any]:
 
         continuations.write_text(json.dumps(make_record(runs)))
     plugin = spec["kind"] in ("static", "by_batch", "controller")
-    record["cells"] = [cell(engine, batch, acceptance) for acceptance in (ACCEPTANCES if plugin else (None,))
+    record["cells"] = [cell(engine, batch, acceptance, spec["kind"] == "controller") for acceptance in (ACCEPTANCES if plugin else (None,))
                        for batch in BATCHES]
     engine.shutdown()
     record["ok"] = True
     return record
 
 
-_CAPTURE = re.compile(r"Capture (\w+) cuda graph end\. elapsed=([\d.]+) s, mem usage=([\d.]+) GB")
+_CAPTURE = re.compile(r"Capture ([\w ]+?) (?:cuda|CUDA) graph end\. elapsed=([\d.]+) s, mem usage=([\d.]+) GB")
+"""SGLang's line at the end of a graph capture (0.5.16: "Capture target verify CUDA graph end. elapsed=6.13 s,
+mem usage=1.98 GB, ..."; "target decode" for plain decoding's graphs)."""
 _SWITCHES = re.compile(r"widths by acceptance after (\d+) switches")
 
 
@@ -201,6 +212,7 @@ def read_log(log: Path) -> Dict[str, Any]:
     text = log.read_text(errors="replace") if log.exists() else ""
     found: Dict[str, Any] = {}
     for name, seconds, gb in _CAPTURE.findall(text):
+        name = name.lower().replace(" ", "_")
         found[f"{name}_graph_capture_s"], found[f"{name}_graph_mem_gb"] = float(seconds), float(gb)
     switches = [int(n) for n in _SWITCHES.findall(text)]
     if switches:
@@ -321,16 +333,35 @@ def tables(results: List[Dict[str, Any]]) -> str:
                                                 + ratios + [verdict, ", ".join("-" if v is None else f"{v:.2f}" for v in per_verify)])
                             + " |")
         parts.append("\n".join(rows))
-    head = ["engine", "decode graphs: capture s", "memory GB (SGLang's log)", "estimate: graphs, logit GB", "switches logged"]
+    head = ["engine", "start s", "decode graphs: capture s", "memory GB (SGLang's log)", "estimate: graphs, logit GB",
+            "switches logged"]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for rec in results:
-        est = rec.get("graphs_estimate")
-        rows.append("| " + " | ".join([rec["label"], str(rec.get("decode_graph_capture_s", "-")),
-                                       str(rec.get("decode_graph_mem_gb", "-")),
+        if not rec.get("ok"):
+            continue
+        est, kind = rec.get("graphs_estimate"), _graph_kind(rec)
+        rows.append("| " + " | ".join([rec["label"], str(rec.get("engine_start_s", "-")),
+                                       str(rec.get(f"{kind}_graph_capture_s", "-")), str(rec.get(f"{kind}_graph_mem_gb", "-")),
                                        f"{est['graphs']}, {est['logit_bytes'] / 1e9:.2f}" if est else f"{len(BATCHES)}, -",
                                        str(rec.get("controller_switches_logged", "-"))]) + " |")
     parts.append("\n".join(rows))
     return "\n\n".join(parts)
+
+
+def _graph_kind(record: Dict[str, Any]) -> str:
+    """The graphs an engine's decode steps replay: a speculative engine's TARGET_VERIFY graphs, else decode's."""
+    return "target_verify" if "target_verify_graph_capture_s" in record else "target_decode"
+
+
+def relog(results: Path, log_dirs: List[Path]) -> List[Dict[str, Any]]:
+    """The results with each finished engine's log fields (``read_log``) read again from ``<dir>/<label>.log``,
+    the last of ``log_dirs`` holding one winning (the calls' ``logs.tar.xz``, oldest first)."""
+    records = [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
+    for record in records:
+        logs = [d / f"{record['label']}.log" for d in log_dirs if (d / f"{record['label']}.log").exists()]
+        if record.get("ok") and logs:
+            record.update(read_log(logs[-1]))
+    return records
 
 
 def main(argv=None) -> int:
@@ -347,7 +378,13 @@ def main(argv=None) -> int:
     p_engine.add_argument("--out", required=True)
     p_tables = sub.add_parser("tables", help="print the README tables of a results file")
     p_tables.add_argument("results", type=Path)
+    p_relog = sub.add_parser("relog", help="read the engines' log fields again (print the results file)")
+    p_relog.add_argument("results", type=Path)
+    p_relog.add_argument("logs", type=Path, nargs="+", help="directories of <label>.log, oldest first")
     args = parser.parse_args(argv)
+    if args.command == "relog":
+        print("\n".join(json.dumps(r) for r in relog(args.results, args.logs)))
+        return 0
     if args.command == "run":
         return run_main(args)
     if args.command == "tables":

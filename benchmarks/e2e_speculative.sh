@@ -4,7 +4,8 @@
 #   benchmarks/e2e_speculative.sh [LABEL,...]
 # SGLang 0.5.16 and the wheels are set up as the engine checks set them up (tests/gpu/engine/run.sh setup),
 # then benchmarks/e2e_speculative.py runs the engines not yet in e2e-state until DEADLINE (default 470 s).
-# $OUT gets e2e_speculative.jsonl (every engine so far), continuations.json, logs/, configs/ and the JIT caches.
+# $OUT gets e2e_speculative.jsonl (every engine so far), continuations.json, logs.tar.xz (logs/ and configs/) and
+# the JIT caches.
 set -u
 E=$PWD/.e2e; OUT=${OUT:-/tmp/e2e-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
@@ -14,7 +15,8 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 NO_ARCHIVE=1 OUT=/tmp/e2e-setup tests/gpu/engine/run.sh setup
 cat /tmp/e2e-setup/setup.log
 export PYTHONPATH=/tmp/site-proj:/tmp/site
-python3 benchmarks/e2e_speculative.py run --out "$OUT" --state "$E/e2e-state" --deadline "${DEADLINE:-470}" ${1:+--only "$1"}
+python3 benchmarks/e2e_speculative.py run --out "$OUT" --state "$E/e2e-state" --deadline "${DEADLINE:-470}" --engine-seconds "${ENGINE_SECONDS:-150}" ${1:+--only "$1"}
+tar -C "$OUT" -cJf "$OUT/logs.tar.xz" logs configs 2>/dev/null && rm -rf "$OUT/logs" "$OUT/configs"
 tar -C / -cJf "$OUT/jit_flashinfer.tar.xz" root/.cache/flashinfer 2>/dev/null
 tar -C / -cJf "$OUT/jit_triton.tar.xz" root/.triton 2>/dev/null
 ls -la "$OUT"

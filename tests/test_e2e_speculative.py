@@ -50,7 +50,7 @@ def synthetic(speedup):
     results = []
     for label, spec in e2e.ENGINES.items():
         per = (None,) if spec["kind"] in ("plain", "ngram") else e2e.ACCEPTANCES
-        results.append({"label": label, "ok": True, **spec, "decode_graph_capture_s": 3.0, "decode_graph_mem_gb": 1.5,
+        results.append({"label": label, "ok": True, **spec, "target_verify_graph_capture_s": 3.0, "target_verify_graph_mem_gb": 1.5,
                         "graphs_estimate": e2e.graphs_estimate(spec) if spec["kind"] in ("by_batch", "controller") else None,
                         "cells": [{"batch": b, "acceptance": a, "tokens_per_s": plain[b] * speedup(label, b, a),
                                    "committed_per_verify": 2.5} for a in per for b in e2e.BATCHES]})
@@ -82,7 +82,7 @@ def test_tables_judge_the_bar_cell_by_cell():
     rows16 = [line for line in ndt16.splitlines() if line.startswith("| 128 |")]
     assert all("| 0.56 | 0.83 | 1.00 | missed |" in row for row in rows16), rows16
     assert all("| 0.94 | 1.42 | 1.70 | missed |" in row for row in ndt16.splitlines() if row.startswith("| 1 |"))
-    assert "| controller_ndt16 | 3.0 | 1.5 | 19, 1.08 | - |" in engines
+    assert "| controller_ndt16 | - | 3.0 | 1.5 | 19, 1.08 | - |" in engines
 
 
 def test_tables_mark_a_met_cell_and_where_ndt_is_the_best_width():
@@ -103,3 +103,25 @@ def test_the_committed_h200_results_are_the_readme_tables():
     readme = (ROOT / "benchmarks" / "README.md").read_text()
     for table in e2e.tables(results).split("\n\n"):
         assert table in readme
+
+
+def test_an_engine_that_failed_is_left_out_of_the_tables():
+    results = synthetic(lambda label, batch, acceptance: 1.0)
+    failed = {"label": "static16_ndt16", "ok": False, "error": "RuntimeError: workspace"}
+    text = e2e.tables([failed] + results)
+    assert text == e2e.tables(results)
+    assert text.count("| static16_ndt16 |") == 1
+
+
+def test_relog_reads_the_capture_line_of_the_last_log(tmp_path):
+    results = tmp_path / "r.jsonl"
+    results.write_text(json.dumps({"label": "static4_ndt8", "ok": True}) + "\n"
+                       + json.dumps({"label": "plain", "ok": False}) + "\n")
+    for name, seconds in (("old", "9.00"), ("new", "1.96")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "static4_ndt8.log").write_text(
+            f"[t] Capture target verify CUDA graph end. elapsed={seconds} s, mem usage=0.55 GB, avail mem=33 GB.\n")
+        (tmp_path / name / "plain.log").write_text("Capture target decode CUDA graph end. elapsed=1 s, mem usage=1 GB\n")
+    first, second = e2e.relog(results, [tmp_path / "old", tmp_path / "new"])
+    assert (first["target_verify_graph_capture_s"], first["target_verify_graph_mem_gb"]) == (1.96, 0.55)
+    assert "target_decode_graph_capture_s" not in second  # a failed engine keeps its record as it was
