@@ -39,7 +39,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from .scheduler_start import make_scheduler
 
@@ -79,7 +79,7 @@ def serve(algorithm: Optional[str], ndt: int = 4, max_new_tokens: Union[int, Seq
     started = time.monotonic()
     verify_tokens: List[List[int]] = []
     verify_steps = _record_verify_steps(scheduler.tp_worker.model_runner, verify_tokens)
-    chosen_widths = _record_chosen_widths()
+    chosen_widths, stop_recording = _record_chosen_widths()
 
     failure = run_event_loop(scheduler)
     requests = [_request(rid, tokens, length) for (rid, tokens), length in zip(PROMPTS.items(), lengths)]
@@ -105,6 +105,7 @@ def serve(algorithm: Optional[str], ndt: int = 4, max_new_tokens: Union[int, Seq
                 entry["completion_tokens"] = int(out.completion_tokens[i])
                 verify = getattr(out, "spec_verify_ct", None)
                 entry["spec_verify_ct"] = int(verify[i]) if verify else 0
+    stop_recording()
     finished = {rid: r for rid, r in results.items() if r.get("done")}
     return {"served": len(finished) == len(PROMPTS) and not failure, "error": failure[0] if failure else None,
             "requests": finished, "verify_steps": verify_steps, "verify_tokens": verify_tokens,
@@ -158,8 +159,9 @@ def _record_verify_steps(model_runner, tokens: Optional[List[List[int]]] = None)
     return steps
 
 
-def _record_chosen_widths() -> List[List[int]]:
-    """A list that gets ``[batch size, width]`` of every ``StepWidths.at`` answer from now on."""
+def _record_chosen_widths() -> Tuple[List[List[int]], Callable[[], None]]:
+    """A list that gets ``[batch size, width]`` of every ``StepWidths.at`` answer until the returned
+    function is called (it puts ``StepWidths.at`` back)."""
     from ..worker import StepWidths
 
     chosen: List[List[int]] = []
@@ -171,7 +173,11 @@ def _record_chosen_widths() -> List[List[int]]:
         return answer
 
     StepWidths.at = recording
-    return chosen
+
+    def stop() -> None:
+        StepWidths.at = at
+
+    return chosen, stop
 
 
 def _request(rid: str, tokens: List[int], max_new_tokens: int, temperature: float = 0.0, return_logprob: bool = False,
