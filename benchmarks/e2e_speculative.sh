@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# On the H200, from the root of the tree a device call sent; carry .e2e (tests/gpu/engine/site.sh builds it;
+# On the H200, from the root of the tree a device call sent; carry .e2e (tools/gpu/engine/site.sh builds it;
 # from the second call on it also holds e2e-state/, the results so far, and cache/, the JIT caches):
 #   benchmarks/e2e_speculative.sh [LABEL,...]
-# SGLang 0.5.16 and the wheels are set up as the engine checks set them up (tests/gpu/engine/run.sh setup),
+# SGLang 0.5.16 and the wheels are set up as the engine checks set them up (tools/gpu/engine/run.sh setup),
 # then benchmarks/e2e_speculative.py runs the engines not yet in e2e-state until DEADLINE (default 470 s).
 # $OUT gets e2e_speculative.jsonl (every engine so far), continuations.json, logs.tar.xz (logs/ and configs/) and
 # the JIT caches.
@@ -12,7 +12,7 @@ export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 export FLASHINFER_CUDA_ARCH_LIST=9.0a TORCH_CUDA_ARCH_LIST=9.0a
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 [ -d /usr/local/cuda ] && export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} PATH=$PATH:/usr/local/cuda/bin
-NO_ARCHIVE=1 OUT=/tmp/e2e-setup tests/gpu/engine/run.sh setup
+NO_ARCHIVE=1 OUT=/tmp/e2e-setup tools/gpu/engine/run.sh setup
 cat /tmp/e2e-setup/setup.log
 export PYTHONPATH=/tmp/site-proj:/tmp/site
 python3 benchmarks/e2e_speculative.py run --out "$OUT" --state "$E/e2e-state" --deadline "${DEADLINE:-470}" --engine-seconds "${ENGINE_SECONDS:-150}" ${1:+--only "$1"}

@@ -11,12 +11,12 @@ cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 matrix=${1:---ci}
 
-"$PY" tests/releases.py table --check "$matrix"
+"$PY" tools/releases.py table --check "$matrix"
 main_log=$(mktemp)
 "$PY" -m pytest -p no:cacheprovider --durations=30 > "$main_log" 2>&1 &   # --durations: what a `slow` mark would leave out
 main=$!
 status=0
-"$PY" tests/releases.py test "$matrix" --skip-own --jobs "${RELEASE_JOBS:-2}" -- -q -p no:cacheprovider || status=$?
+"$PY" tools/releases.py test "$matrix" --skip-own --jobs "${RELEASE_JOBS:-2}" -- -q -p no:cacheprovider || status=$?
 wait $main || status=$?
 echo; echo "===== main run (SGLang $("$PY" -c 'from importlib.metadata import version; print(version("sglang"))')) ====="
 cat "$main_log"; rm -f "$main_log"

@@ -18,7 +18,7 @@ from test_layers import PUBLIC
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
-PAGES = sorted([README, ROOT / "CHANGELOG.md", ROOT / "benchmarks" / "README.md", *ROOT.glob("tests/gpu/**/README.md"),
+PAGES = sorted([README, ROOT / "CHANGELOG.md", ROOT / "benchmarks" / "README.md", *ROOT.glob("tools/gpu/**/README.md"),
                 *(ROOT / "docs").rglob("*.md")])
 """Every Markdown page of the repository's documentation."""
 FOR_AUTHORS = [README, *sorted((ROOT / "docs" / "authors").rglob("*.md"))]

@@ -1,4 +1,4 @@
-"""The draft-model results committed under tests/gpu/results/draft say what their README says.
+"""The draft-model results committed under tools/gpu/results/draft say what their README says.
 
 No GPU: ``compare.py`` reads the committed engine records, as a reader regenerates the tables.
 """
@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "tests" / "gpu" / "results" / "draft"
+RESULTS = ROOT / "tools" / "gpu" / "results" / "draft"
 
-sys.path.insert(0, str(ROOT / "tests" / "gpu" / "engine"))
+sys.path.insert(0, str(ROOT / "tools" / "gpu" / "engine"))
 import compare  # noqa: E402
 
 

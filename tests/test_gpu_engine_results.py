@@ -1,4 +1,4 @@
-"""The real-engine results committed under tests/gpu/results/engine say what their README says.
+"""The real-engine results committed under tools/gpu/results/engine say what their README says.
 
 No GPU: ``compare.py`` reads the committed result files, the way a reader regenerates the tables.
 """
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-ENGINE = ROOT / "tests" / "gpu" / "engine"
-RESULTS = ROOT / "tests" / "gpu" / "results" / "engine"
+ENGINE = ROOT / "tools" / "gpu" / "engine"
+RESULTS = ROOT / "tools" / "gpu" / "results" / "engine"
 
 sys.path.insert(0, str(ENGINE))
 import compare  # noqa: E402

@@ -11,7 +11,7 @@
 
 ``tests/test_docs.py`` runs the check. Neither needs SGLang. The release
 tables (compatibility, backend matrix) need each release installed and are
-written by ``tests/releases.py table``.
+written by ``tools/releases.py table``.
 """
 
 from __future__ import annotations

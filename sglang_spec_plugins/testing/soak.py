@@ -8,7 +8,7 @@ temperature 0.8, or ``return_logprob``); about 5% that the client aborts
 mid-stream, after a few streamed outputs; the rest greedy, with EOS ignored,
 so each must finish with exactly ``max_new_tokens`` tokens.
 
-A driver (``tests/gpu/soak.py`` on ``sglang.Engine`` and SGLang's HTTP
+A driver (``tools/gpu/soak.py`` on ``sglang.Engine`` and SGLang's HTTP
 server, :mod:`.scheduler_soak` on the real ``Scheduler`` on a CPU) serves
 them and records one :data:`Outcome` per request; :func:`verdict` reads the
 outcomes of a run, against a plain (non-speculative) run's outputs when

@@ -7,7 +7,7 @@ rebuilt by ``patches.draft_model`` so that its predicate asks the plugin's
 reverting restores it. What the served sites do end to end is proven by
 ``test_draft_model_serve.py`` (captured target layers, the draft KV budget,
 input_embeds in the draft's dtype) and, with CUDA graphs, by the GPU phases
-(``tests/gpu/engine/run.sh draft``).
+(``tools/gpu/engine/run.sh draft``).
 """
 
 import re
@@ -32,7 +32,7 @@ def _sites():
 def _readme_rows():
     text = (ROOT / "docs" / "reference" / "draft-model-sites.md").read_text()
     table = text.split("<!-- dflash-sites:start")[1].split("<!-- dflash-sites:end -->")[0]
-    import releases  # tests/releases.py: the table's release ranges
+    import releases  # tools/releases.py: the table's release ranges
 
     rows = []
     for line in table.splitlines():

@@ -1,4 +1,4 @@
-"""tests/gpu/soak.py starts sglang.Engine with keyword arguments and SGLang's HTTP server with the same
+"""tools/gpu/soak.py starts sglang.Engine with keyword arguments and SGLang's HTTP server with the same
 settings as flags: both are the release's own server arguments (no GPU here: parsed, not served)."""
 
 import argparse
@@ -7,7 +7,7 @@ import sys
 import types
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools" / "gpu"))
 import soak  # noqa: E402
 
 

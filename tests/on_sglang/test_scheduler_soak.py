@@ -4,7 +4,7 @@ SGLang's own AbortReq, a KV pool so small that SGLang retracts requests;
 every greedy request finishes token-identical to plain decoding of the same
 request, every refusal carries the plugin's message, and at the end every KV
 slot and request slot is free, with SGLang's own pool checks strict (``testing/scheduler_soak.py``, which
-``tests/gpu/soak.py`` mirrors on a GPU through ``sglang.Engine`` and the HTTP server).
+``tools/gpu/soak.py`` mirrors on a GPU through ``sglang.Engine`` and the HTTP server).
 
 Each run is one process: the PROMPT_LOOKUP run with 96 KV slots for 8
 requests of up to 88 tokens each, then plain decoding of every greedy request

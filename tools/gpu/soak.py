@@ -1,7 +1,7 @@
 """Soak: thousands of mixed requests through a real ``sglang.Engine`` and through SGLang's HTTP server
 serving PROMPT_LOOKUP, on one GPU, against the plain engine's outputs request by request.
 
-usage (on the H200, under run.sh's environment; ``tests/gpu/engine/run.sh setup soak``):
+usage (on the H200, under run.sh's environment; ``tools/gpu/engine/run.sh setup soak``):
     python3 soak.py coordinate --out DIR [--requests 2000] [--http-requests 2000] [--seed 0] [--budget 430]
                                [--max-total-tokens 8192] [--concurrency 128] [--cuda-graph]
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the H200 machine, from the root of the tree a device call sent (carry: .e2e, built by site.sh):
-#   tests/gpu/engine/run.sh PHASE...      phases: setup single flashinfer triton deterministic precision widths
+#   tools/gpu/engine/run.sh PHASE...      phases: setup single flashinfer triton deterministic precision widths
 #                                         draft draft_accepting drafts draft_speed tp margins soak
 # setup   unpack .e2e/site.tar.xz to /tmp/site, install .e2e/wheels to /tmp/site-proj, write the model
 # single  two queues of engines at once, one per GPU (GPU 0: triton, GPU 1: flashinfer; on a one-GPU
@@ -30,13 +30,13 @@
 #         engine at a time. compare.py: DFLASH_BLOCK's tokens/s against native DFLASH's, W = 4 against W = 16
 # tp      tensor parallelism 2 on GPUs 0 and 1
 # margins how close each divergence of results/engine/divergences.json was (MARGINS=flashinfer: one backend)
-# soak    tests/gpu/soak.py: 2,000 mixed requests (mixed lengths, ~5% refused, ~5% aborted mid-stream, a KV
+# soak    tools/gpu/soak.py: 2,000 mixed requests (mixed lengths, ~5% refused, ~5% aborted mid-stream, a KV
 #         pool small enough that SGLang retracts) through sglang.Engine with PROMPT_LOOKUP, and through SGLang's
 #         HTTP server, against the plain engine's outputs request by request; the three processes at once on
 #         GPU 0, done within SOAK_BUDGET seconds (default 430); results in $OUT/soak/ (summary.json)
 # $OUT gets: engines.jsonl (one line per engine), timeline.txt, logs.tar.xz, and the JIT caches.
 set -u
-T0=$(date +%s); E=$PWD/.e2e; H=$PWD/tests/gpu/engine
+T0=$(date +%s); E=$PWD/.e2e; H=$PWD/tools/gpu/engine
 OUT=${OUT:-/tmp/engine-out}; mkdir -p "$OUT" /tmp/engine-logs
 DEADLINE=${DEADLINE:-510}   # no engine starts later than this many seconds after the start
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 OUT

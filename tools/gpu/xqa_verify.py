@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parent), str(HERE.parent / "on_sglang")]
+sys.path[:0] = [str(HERE.parents[1] / "tests"), str(HERE.parents[1] / "tests" / "on_sglang")]  # the CPU tests' helpers
 NDT, BS, PAGE, HEAD_DIM = 4, 3, 16, 128
 WIDTHS = (2, 3, 4, 6)  # 4 = ndt; 6: above ndt, below the example SBD maximum (8)
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the CPU machine: build what the H200 needs to run a real SGLang 0.5.16 engine, into .e2e/ (git-ignored).
-#   tests/gpu/engine/site.sh            (from the repository root; ~1-5 min)
+#   tools/gpu/engine/site.sh            (from the repository root; ~1-5 min)
 # .e2e/site.tar.xz   SGLang 0.5.16 and the cp312 packages the H200 image lacks, unpacked and xz-compressed
 #                    (~49 MB; one device call carries 64 MiB). 0.5.16 pins torch 2.11.0, the image's torch.
 # .e2e/wheels/       this package and the example drafters (DFLASH_BLOCK's included), built from the working tree
