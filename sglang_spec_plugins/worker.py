@@ -17,6 +17,9 @@ every step. Inside the worker:
   with, pure, for a worker's own tests.
 * :func:`draft_model_worker_base` is the base of a worker with its own draft
   model (it builds the draft worker and runner);
+* :func:`target_vocab_size` reads the target's vocabulary size off its
+  ``config.json`` (for a ``validate_server_args`` that checks token ids
+  before any weight loads);
 * :func:`step_result` (and :func:`idle_result`) is what a greedy-verifying
   step returns to the scheduler, :func:`verify_positions` and
   :func:`cache_locations` where a chain's tokens and KV go, and
@@ -162,7 +165,24 @@ class StepWidths:
         return self._schedule
 
 
+def target_vocab_size(server_args: Any) -> Optional[int]:
+    """The target's ``vocab_size`` from ``config.json`` in ``server_args.model_path``
+    where that is a local folder whose file says it (nothing is downloaded, no
+    model is built); None otherwise (the worker's ``model_config.vocab_size``
+    then says it, once the model is loaded)."""
+    from pathlib import Path
+
+    from .serving.draft_model_check import read_config
+
+    path = getattr(server_args, "model_path", None)
+    if not isinstance(path, str) or not Path(path).is_dir():
+        return None
+    config, _ = read_config(path)
+    vocab = config.get("vocab_size") if isinstance(config, dict) else None
+    return vocab if is_plain_int(vocab) and vocab > 0 else None
+
+
 __all__ = ["AcceptanceSettings", "ModelFreeDraftWorker", "ModelFreeRunner", "StepWidths", "WidthSchedule",
            "WidthsByAcceptance", "WidthsByBatchSize", "WorkerContract", "cache_locations", "carried_rows",
            "check_worker", "contract", "draft_model_worker_base", "greedy_refusal", "idle_result", "policy_for",
-           "refuse_unservable", "step_result", "verify_positions", "worker_base"]
+           "refuse_unservable", "step_result", "target_vocab_size", "verify_positions", "worker_base"]

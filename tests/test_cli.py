@@ -53,7 +53,7 @@ def test_list_json_shows_example_hooks_with_distribution_and_version(cli):
     assert data["algorithms"]["SBD"]["plugin"] == "sbd"
     assert data["algorithms"]["SBD"]["settings"] == {"verify_width": 8}
     assert data["algorithms"]["DFLASH_BLOCK"]["supports_overlap"] is False
-    assert (data["algorithms"]["SBD"]["verify_shape"], data["algorithms"]["SBD"]["capabilities"]) == ("chain", {})
+    assert (data["algorithms"]["SBD"]["verify_shape"], data["algorithms"]["SBD"]["capabilities"]) == ("chain", {"has_draft_kv": False})
 
 
 @pytest.mark.sglang

@@ -12,7 +12,9 @@ once with widths by batch size while the batch grows and shrinks across the
 buckets' boundaries (the widths read off the target's TARGET_VERIFY batches),
 once with widths chosen step by step by the acceptance controller, and once
 with the CONTROLLED_ACCEPTANCE example drafting the plain run's own outputs at
-a set acceptance (every request's verify count exactly what its draws give).
+a set acceptance (every request's verify count exactly what its draws give),
+and the SBD example (the target verifying its own carried guesses and a
+masked block) at one width and at the widths it picks itself step by step.
 
 Committing one token too many (``accept_greedy`` + 1) made the outputs differ
 from plain decoding here (checked by hand, 0.5.23, width 3).
@@ -47,7 +49,7 @@ def _serve(tmp_path, algorithm=None, width=None, widths_by_batch=None, lengths=(
 
 
 def _serve_with(tmp_path, algorithm, toml, lengths=(NEW_TOKENS,), late_after=None):
-    for example in ("prompt_lookup_drafter", "controlled_acceptance_drafter"):
+    for example in ("prompt_lookup_drafter", "controlled_acceptance_drafter", "sbd_drafter"):
         if importlib.util.find_spec(example) is None:
             pytest.fail(f"the example is not installed: pip install -e examples/{example}")
     for module in ("setproctitle", "uvloop"):  # imported by the scheduler; uvloop (0.5.14, 0.5.16) on receiving a request
@@ -193,3 +195,66 @@ def test_controlled_acceptance_commits_exactly_what_its_draws_keep(plain, tmp_pa
                                    acceptance, seed)
         assert request["spec_verify_ct"] == expected, (rid, request, expected)
     assert {w for _, w in result["verify_steps"]} == {NDT} and result["chosen_widths"]
+
+
+def _serve_sbd(tmp_path, settings, lengths=(NEW_TOKENS,), late_after=None):
+    return _serve_with(tmp_path, "SBD", '[plugins]\nenable = ["sbd"]\n[algorithms.SBD]\nmax_tokens_per_req = 8\n' + settings,
+                       lengths, late_after)
+
+
+MASK = 255
+"""SBD's default mask token: the last id of the tiny Llama's vocabulary (256)."""
+
+
+def test_sbd_at_one_width_is_token_identical_to_plain_greedy(plain, tmp_path):
+    """SBD at its one width (ndt): every chain is [root, guesses..., mask...], the first of each request [root, M, M, M]."""
+    result = _serve_sbd(tmp_path, f"verify_width = {NDT}\n")
+    assert result["served"], result
+    assert {rid: r["output_ids"] for rid, r in result["requests"].items()} == \
+        {rid: r["output_ids"] for rid, r in plain["requests"].items()}
+    assert {w for _, w in result["verify_steps"]} == {NDT} and {w for _, w in result["chosen_widths"]} == {NDT}
+    first = result["verify_tokens"][0]
+    assert [first[i * NDT + 1:(i + 1) * NDT] for i in range(len(first) // NDT)] == [[MASK] * (NDT - 1)] * (len(first) // NDT)
+    assert any(MASK not in chain[1:] for chain in result["verify_tokens"][1:]), "no step verified carried guesses"
+
+
+SBD_CHOICES = {1: [2, 4, 8], 2: [2, 4, 8], 3: [2, 4]}
+"""SBD's widths to choose from per batch size; the worker picks each step's."""
+
+
+def test_sbd_picks_its_widths_step_by_step_and_stays_token_identical(plain, tmp_path):
+    """SBD choosing its own width each step while the batch grows (``random`` joins after two verify
+    steps) and shrinks (16, 12 and 6 tokens): outputs equal the plain run's; every TARGET_VERIFY the
+    target ran is at the width the worker chose for that step (read off the ForwardBatch), among its
+    batch's bucket; the first step is the narrowest (root and one mask) and the width changes mid-run."""
+    lengths = {"repetitive": NEW_TOKENS, "mixed": 12, "random": 6}
+    table = "{" + ", ".join(f"{k} = {v}" for k, v in SBD_CHOICES.items()) + "}"
+    result = _serve_sbd(tmp_path, f"widths_by_batch_size = {table}\n", tuple(lengths.values()), late_after=2)
+    skip_where_triton_refuses_widths(result)
+    assert result["served"], result
+    for rid, request in result["requests"].items():
+        assert request["output_ids"] == plain["requests"][rid]["output_ids"][:lengths[rid]], rid
+        assert request["completion_tokens"] == lengths[rid]
+    steps, chosen = result["verify_steps"], result["chosen_widths"]
+    assert steps == chosen, (steps, chosen)  # each verify ran at the width the worker chose, for its batch
+    buckets = WidthsByBatchSize.parse(SBD_CHOICES)
+    assert all(width in buckets.widths_at(size) for size, width in steps), steps
+    assert steps[0] == [2, 2] and result["verify_tokens"][0][1::2] == [MASK, MASK], steps  # [root, M] each
+    sizes = [size for size, _ in steps]
+    assert any(b > a for a, b in zip(sizes, sizes[1:])) and any(b < a for a, b in zip(sizes, sizes[1:])), steps
+    assert len({width for _, width in steps}) >= 2, steps  # the width changed mid-run (a random target's
+    # guesses are mostly rejected, so the carried block fills and the width grows from the first step's)
+    print(f"SBD verify steps [batch size, width] on SGLang {contract().release}: {steps}")
+
+
+@pytest.mark.parametrize("settings, refusal", [
+    ("mask_token_id = 256\n", r"\[algorithms\.SBD\] mask_token_id = 256: it must be an int in \[0, 256\)"),
+    ("mask_token_id = -1\n", r"\[algorithms\.SBD\] mask_token_id = -1: it must be an int in \[0, 256\)"),
+    ("mask_block = 0\n", r"\[algorithms\.SBD\] mask_block = 0: it must be an int >= 1"),
+])
+def test_sbd_bad_settings_are_refused_naming_the_key_before_serving(tmp_path, settings, refusal):
+    import re
+
+    result = _serve_sbd(tmp_path, f"verify_width = {NDT}\n" + settings)
+    assert not result["served"] and not result.get("verify_steps"), result
+    assert "plugin 'sbd'" in result["error"] and re.search(refusal, result["error"]), result["error"]

@@ -5,7 +5,8 @@ How SGLang 0.5.14+ drives a plugin worker, and what a step returns
 here: take the step's width from the framework (one width, or widths by
 batch size: plugins.toml ``widths_by_batch_size``, and where a bucket gives
 several widths the acceptance controller's choice when plugins.toml turns on
-``widths_by_acceptance``; every request of a step shares it), draft
+``widths_by_acceptance``; every request of a step shares it;
+:meth:`PromptLookupWorker.step_width`, what a drafter that picks its own widths replaces), draft
 ``width - 1`` tokens per request by prompt lookup (:meth:`PromptLookupWorker.drafts`,
 what another drafter of this shape replaces), run the target's TARGET_VERIFY over ``[root, drafts...]`` at
 positions ``seq_len..seq_len + width - 1`` (SGLang's own ``DFlashVerifyInput``:
@@ -14,7 +15,8 @@ a causal chain, the input the loader captures CUDA graphs with for a
 accepted tokens are a prefix of the chain, so their KV is already where it
 belongs; the rejected tail's slots stay reserved and are overwritten next
 step, and hand the accept counts back to the framework (the controller's
-input). The step's result has rows of the step's width; what it carries to the
+input) and the verified chains to :meth:`PromptLookupWorker.verified` (what a
+drafter that learns from the target's predictions replaces). The step's result has rows of the step's width; what it carries to the
 next step (which SGLang filters and merges with other batches' by a row
 stride) has rows of the largest width, whatever the step's.
 """
@@ -78,6 +80,17 @@ class PromptLookupWorker(worker_base()):
         """``count`` draft tokens to follow ``tokens`` (the request's prompt and output so far)."""
         return propose(tokens, count, max_ngram=self.max_ngram, min_ngram=self.min_ngram)
 
+    def step_width(self, batch) -> int:
+        """This decode step's width, for every request of ``batch`` (asked once per
+        step, before drafting): the framework's, ``self.widths.at(batch size)``."""
+        return self.widths.at(len(batch.reqs))
+
+    def verified(self, batch, drafts: torch.Tensor, predicted: torch.Tensor, accept_lens: torch.Tensor) -> None:
+        """Called after each verify with the chains ``(bs, width)`` (column 0 the
+        root), the target's argmax after each of their tokens ``(bs, width)`` and
+        the tokens each request commits ``(bs,)``, rows in ``batch.reqs``' order,
+        before ``batch.reqs`` take the committed tokens; nothing by default."""
+
     def _chains(self, batch, width: int) -> List[List[int]]:
         chains = []
         for req in batch.reqs:
@@ -87,7 +100,7 @@ class PromptLookupWorker(worker_base()):
 
     def _verify(self, batch):
         device = batch.seq_lens.device
-        width = self.widths.at(len(batch.reqs))  # this step's, for every request of it
+        width = self.step_width(batch)  # this step's, for every request of it
         drafts = torch.tensor(self._chains(batch, width), dtype=torch.int64).to(device, non_blocking=True)
         positions = verify_positions(batch.seq_lens, width)
         batch.out_cache_loc = cache_locations(
@@ -102,6 +115,7 @@ class PromptLookupWorker(worker_base()):
         predicted = torch.argmax(out.logits_output.next_token_logits, dim=-1).view(len(batch.reqs), width)
         accept_lens = accept_greedy(drafts, predicted)
         self.widths.record(accept_lens)  # what the acceptance controller, where it is on, learns from
+        self.verified(batch, drafts, predicted, accept_lens)
         batch.forward_mode = ForwardMode.DECODE
         return step_result(out.logits_output, predicted, accept_lens, batch.seq_lens + accept_lens.to(batch.seq_lens.dtype),
                            out.can_run_cuda_graph, self.widths.maximum)

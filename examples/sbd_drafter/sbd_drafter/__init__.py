@@ -1,1 +1,1 @@
-"""Example SBD-style drafter plugin for sglang-spec-plugins."""
+"""An SBD-style self-speculative drafter for SGLang: the target predicts a masked block, no draft model."""
