@@ -65,26 +65,34 @@ def test_list_text(cli):
 
 
 @pytest.mark.sglang
-def draft_model_refusal():
-    """The one problem check reports for DFLASH_BLOCK on a release before the V2 schema (0.5.12-0.5.13), or None."""
+def schema_refusals(ndt: int = 16):
+    """``{algorithm: problem}``: what check reports for the examples of tests/examples.toml on a release
+    before the V2 schema (0.5.12-0.5.13): DFLASH_BLOCK refused whole, SBD by its release check; empty
+    from 0.5.14 on and without SGLang (check then runs none of its checks)."""
     from importlib import metadata
 
     try:
         release = metadata.version("sglang")
-    except metadata.PackageNotFoundError:  # without SGLang check runs none of its checks
-        return None
+    except metadata.PackageNotFoundError:
+        return {}
     if Version(release) >= Version("0.5.14"):
-        return None
-    return (f"plugin 'dflash_block' (sglang-spec-example-dflash-block==0.1.0): algorithm DFLASH_BLOCK: a worker with "
-            f"its own draft model needs SGLang 0.5.14+ (the V2 speculative schema); SGLang {release} is not served")
+        return {}
+    from sglang_spec_plugins.worker import contract
+
+    return {"DFLASH_BLOCK": f"plugin 'dflash_block' (sglang-spec-example-dflash-block==0.1.0): algorithm DFLASH_BLOCK: a "
+                            f"worker with its own draft model needs SGLang 0.5.14+ (the V2 speculative schema); SGLang "
+                            f"{release} is not served",
+            "SBD": f"plugin 'sbd' (sglang-spec-example-sbd==0.1.0): algorithm SBD: validate_server_args refused "
+                   f"--speculative-num-draft-tokens {ndt}: ValueError: SBD drives SGLang's V2 speculative schema (SGLang "
+                   f"0.5.14+); SGLang {release} runs synchronous plugin workers on {contract().non_overlap_schema!r}"}
 
 
 @pytest.mark.sglang  # the example drafters of tests/examples.toml are installed with SGLang's environment
 def test_check_good_file_resolves_widths(cli):
     status, out, _ = cli("check", EXAMPLES, "-n", "16", "--disable-overlap-schedule", "--json")
     data = json.loads(out)
-    refused = draft_model_refusal()
-    assert (status, data["ok"], data["problems"]) == ((1, False, [refused]) if refused else (0, True, [])), data["problems"]
+    refused = list(schema_refusals().values())
+    assert (status, data["ok"], data["problems"]) == ((1, False, refused) if refused else (0, True, [])), data["problems"]
     assert data["algorithms"]["SBD"]["widths"]["16"] == {"target": 8, "max": 16}  # its draft worker never verifies
     assert data["algorithms"]["DFLASH_BLOCK"]["widths"]["16"] == {"target": 16, "draft": 16, "max": 16}
     from importlib import metadata
@@ -123,8 +131,8 @@ def test_check_predicts_sglangs_refusals(cli, tmp_path):
     status, out, _ = cli("check", EXAMPLES, "-n", "8", "--speculative-draft-model-path", draft, "--json")
     problems = json.loads(out)["problems"]
     assert status == 1
-    if draft_model_refusal():  # before 0.5.14 the draft model is not examined: the algorithm is refused whole
-        assert draft_model_refusal() in problems, problems
+    if schema_refusals():  # before 0.5.14 the draft model is not examined: the algorithm is refused whole
+        assert schema_refusals()["DFLASH_BLOCK"] in problems, problems
         return
     block = ("plugin 'dflash_block' (sglang-spec-example-dflash-block==0.1.0): algorithm DFLASH_BLOCK: "
              f"{draft / 'config.json'} dflash_config.block_size = 16: the draft runner drafts blocks of 8 at "
@@ -144,6 +152,10 @@ def test_check_says_which_attention_backend_refuses_the_width(cli):
     assert list(sbd) == ["target worker"] and list(block) == ["target worker", "draft worker"]  # DFLASH_BLOCK's draft verifies
     assert sbd["target worker"]["fa3"]["verdict"] == "refused"
     assert block["target worker"]["fa3"]["verdict"] == "served"
+    if schema_refusals():  # before 0.5.14 SBD's release check refuses it first: the backend is not reached
+        assert schema_refusals()["SBD"] in data["problems"], data["problems"]
+        assert [p for p in data["problems"] if "--attention-backend" in p] == [], data["problems"]
+        return
     assert [p for p in data["problems"] if "--attention-backend" in p] == [
         "plugin 'sbd' (sglang-spec-example-sbd==0.1.0): algorithm SBD: --attention-backend fa3 on the target worker at width 8 "
         f"(chain, ndt 16) on SGLang {data['sglang']['version']} is refused: " + sbd["target worker"]["fa3"]["reason"]]
@@ -425,7 +437,8 @@ def test_check_counts_the_cuda_graphs_of_widths_to_choose_from(cli, tmp_path):
     args = ("check", cfg, "-n", "16", "--single-process", "--disable-overlap-schedule", "--cuda-graph-bs", "1", "8", "64",
             "--vocab-size", "1000")
     data = json.loads(cli(*args, "--json")[1])
-    assert data["ok"], data["problems"]
+    refused = [v for k, v in schema_refusals().items() if k == "SBD"]
+    assert (data["ok"], data["problems"]) == (not refused, refused), data["problems"]
     entry = data["algorithms"]["SBD"]
     assert entry["widths_by_acceptance"]["margin"] == 0.05 and entry["widths_by_acceptance"]["interval_steps"] == 4
     widths = entry["widths"]["16"]
@@ -474,8 +487,8 @@ def test_check_looks_up_no_model_for_the_placeholder_model_path(cli, monkeypatch
                              for line in data["sglang"]["lines"])
 
     data, _ = check()
-    if draft_model_refusal():  # before 0.5.14 DFLASH_BLOCK is refused whole: no draft-model check reads a config
-        assert data["problems"] == [draft_model_refusal()] and asked == [], (asked, data["problems"])
+    if schema_refusals():  # before 0.5.14 DFLASH_BLOCK is refused whole: no draft-model check reads a config
+        assert data["problems"] == list(schema_refusals().values()) and asked == [], (asked, data["problems"])
         check("--model-path", "org/target")
         assert asked == [], asked
         return

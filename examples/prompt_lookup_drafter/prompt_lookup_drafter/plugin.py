@@ -55,16 +55,21 @@ def _worker_factory(server_args):
     return PromptLookupWorker
 
 
-def _validate(server_args):
+def release_check(algorithm: str, server_args) -> None:
     """Refuse, while SGLang resolves its arguments (before any weight loads), a
-    release whose scheduler does not drive plugin workers on the V2 schema. The
-    release is read off its installed source: nothing is imported."""
+    release whose scheduler does not drive plugin workers on the V2 schema, naming
+    ``algorithm`` (a worker built on this one's). The release is read off its
+    installed source: nothing is imported."""
     from sglang_spec_plugins.worker import contract
 
     found = contract()
     if found.release is not None and found.non_overlap_schema != "v2-sync":
-        raise ValueError(f"{ALGORITHM} drives SGLang's V2 speculative schema (SGLang 0.5.14+); SGLang "
+        raise ValueError(f"{algorithm} drives SGLang's V2 speculative schema (SGLang 0.5.14+); SGLang "
                          f"{found.release} runs synchronous plugin workers on {found.non_overlap_schema!r}")
+
+
+def _validate(server_args):
+    release_check(ALGORITHM, server_args)
 
 
 @hookimpl

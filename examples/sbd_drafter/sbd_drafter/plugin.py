@@ -29,7 +29,7 @@ requests greedy verification cannot serve exactly are refused one by one).
 
 from typing import Optional, Tuple
 
-from prompt_lookup_drafter.plugin import _validate as release_check
+from prompt_lookup_drafter.plugin import release_check
 
 from sglang_spec_plugins import AlgorithmSpec, hookimpl
 
@@ -63,7 +63,7 @@ def _validate(server_args):
     """PROMPT_LOOKUP's release check (SGLang 0.5.14+), then the mask token against the
     target's vocabulary where its ``config.json`` is in a local ``--model-path``
     (before any weight loads; otherwise the worker checks it when it is built)."""
-    release_check(server_args)
+    release_check(ALGORITHM, server_args)
     from sglang_spec_plugins.worker import policy_for, target_vocab_size
 
     vocab = target_vocab_size(server_args)
