@@ -22,8 +22,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = {"sbd_drafter": "sbd", "dflash_block_drafter": "dflash_block", "prompt_lookup_drafter": "prompt_lookup",
+EXAMPLES = {"prompt_lookup_drafter": "prompt_lookup", "sbd_drafter": "sbd", "dflash_block_drafter": "dflash_block",
             "controlled_acceptance_drafter": "controlled_acceptance"}
+"""In the order pip is given them: PROMPT_LOOKUP first, as two others build on its worker (pip resolves
+their requirement on it to the local folder only when that comes before them: seen with the fresh venv's bundled pip)."""
 
 
 def run(*cmd, cwd=None, timeout=600):

@@ -26,6 +26,7 @@ import sys
 
 import pytest
 
+from dists import make_dist
 from sglang_spec_plugins.engine.worker_contract import check_worker, contract
 
 WORKERS = '''
@@ -43,12 +44,35 @@ class NoDraftWorker(Fits):
     draft_worker = None
 '''
 
-TOML = '[plugins]\nenable = ["sbd"]\n[algorithms.SBD]\nmax_tokens_per_req = 8\nverify_width = 4\n'
+CARRIER = '''
+from sglang_spec_plugins import AlgorithmSpec, hookimpl
+
+
+def _worker(server_args):
+    from start_workers import Fits
+
+    return Fits
+
+
+@hookimpl
+def sgl_spec_algorithms():
+    return [AlgorithmSpec(name="CARRIER", worker_factory=_worker, supports_overlap=False)]
+
+
+@hookimpl
+def sgl_spec_verify_width(algorithm, num_draft_tokens, settings):
+    return settings.get("verify_width", num_draft_tokens) if algorithm == "CARRIER" else None
+'''
+"""An installed plugin whose algorithm carries the worker under test on every release (the examples
+drive the V2 schema, 0.5.14+, and refuse earlier releases)."""
+
+TOML = '[plugins]\nenable = ["start_carrier"]\n[algorithms.CARRIER]\nmax_tokens_per_req = 8\nverify_width = 4\n'
 
 
 @pytest.fixture
 def workers(tmp_path, monkeypatch):
     (tmp_path / "start_workers.py").write_text(WORKERS)
+    make_dist(tmp_path, "start-carrier", {"start_carrier": "start_carrier"}, {"start_carrier": CARRIER})
     (tmp_path / "plugins.toml").write_text(TOML)
     monkeypatch.syspath_prepend(str(tmp_path))
     return tmp_path
@@ -60,7 +84,7 @@ def _start(folder, worker):
     env = dict(os.environ, SGLANG_SPEC_PLUGINS_CONFIG=str(folder / "plugins.toml"),
                PYTHONPATH=os.pathsep.join([str(folder), *sys.path]))
     env.pop("SGLANG_SPEC_PLUGINS", None)
-    run = subprocess.run([sys.executable, "-m", "sglang_spec_plugins.testing.scheduler_start", "SBD",
+    run = subprocess.run([sys.executable, "-m", "sglang_spec_plugins.testing.scheduler_start", "CARRIER",
                           "--worker", f"start_workers:{worker}"],
                          env=env, capture_output=True, text=True, timeout=300)
     lines = [line for line in run.stdout.splitlines() if line.startswith("{")]

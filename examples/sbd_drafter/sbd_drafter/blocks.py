@@ -1,4 +1,4 @@
-"""The block a request verifies each step, and the guesses it carries (no SGLang).
+"""The block a request verifies each step, and the guesses it carries (no SGLang, no torch).
 
 A request verifies the chain ``[root, g_1..g_k, M, ..., M]`` of the step's
 width: its last committed token, the target's own guesses for the positions
@@ -11,12 +11,10 @@ root (the bonus): those are the next step's guesses (Jacobi iteration).
 
 from __future__ import annotations
 
-from typing import List, Sequence
-
-import torch
+from typing import Any, List, Sequence
 
 
-def carried_guesses(predicted: torch.Tensor, accept_lens: torch.Tensor) -> List[List[int]]:
+def carried_guesses(predicted: Any, accept_lens: Any) -> List[List[int]]:
     """Per request, the guesses for the positions after its new root:
     ``predicted[i, accept_lens[i]:]`` of the step's ``(bs, width)`` argmax
     (``accept_lens``: tokens each request committed, at least 1)."""

@@ -1,11 +1,9 @@
-"""SBD's own tests (torch only, no SGLang); the conformance kit (pyproject.toml) adds its checks."""
+"""SBD's own tests of its plugin (no torch, no SGLang); the conformance kit (pyproject.toml) adds its checks."""
 
 import pytest
-import torch
 
-from prompt_lookup_drafter.chain import accept_greedy
 from sbd_drafter import plugin
-from sbd_drafter.blocks import block_drafts, block_width, carried_guesses
+from sbd_drafter.blocks import block_drafts, block_width
 
 M = 255
 
@@ -19,15 +17,23 @@ def test_other_algorithms_are_not_answered():
     assert plugin.sgl_spec_verify_width("DFLASH_BLOCK", 16, {"verify_width": 8}) is None
 
 
-def test_carried_guesses_predict_the_positions_after_the_new_root():
-    """Chain [r, d1, d2, d3] at positions p..p+3; predicted[j] is the target's token for p+j+1. Request 0
-    accepts d1 (commits predicted[0:2]; new root predicted[1] at p+2): its guesses are predicted[2:4], for
-    p+3 and p+4. Request 1 accepts nothing (new root predicted[0]): predicted[1:4]. Request 2 accepts all."""
-    drafts = torch.tensor([[1, 10, 7, 7], [1, 9, 9, 9], [1, 10, 11, 12]])
-    predicted = torch.tensor([[10, 11, 12, 13], [20, 21, 22, 23], [10, 11, 12, 13]])
-    accept_lens = accept_greedy(drafts, predicted)
-    assert accept_lens.tolist() == [2, 1, 4]
-    assert carried_guesses(predicted, accept_lens) == [[12, 13], [21, 22, 23], []]
+@pytest.mark.parametrize("settings, key", [
+    ({"mask_block": 0}, "mask_block"), ({"mask_block": True}, "mask_block"), ({"mask_block": 1.0}, "mask_block"),
+    ({"mask_token_id": -1}, "mask_token_id"), ({"mask_token_id": "7"}, "mask_token_id"),
+    ({"mask_token_id": False}, "mask_token_id"),
+])
+def test_bad_settings_are_refused_naming_the_key(settings, key):
+    with pytest.raises(ValueError, match=rf"^\[algorithms\.SBD\] {key} = "):
+        plugin.sgl_spec_verify_width("SBD", 4, settings)
+
+
+def test_mask_token_defaults_to_the_last_id_and_must_lie_in_the_vocabulary():
+    assert plugin.block_settings({}, 256) == (255, 1)
+    assert plugin.block_settings({}) == (None, 1)
+    assert plugin.block_settings({"mask_token_id": 7, "mask_block": 3}, 256) == (7, 3)
+    assert plugin.block_settings({"mask_token_id": 300}) == (300, 1)  # the vocabulary is not known yet
+    with pytest.raises(ValueError, match=r"^\[algorithms\.SBD\] mask_token_id = 256: it must be an int in \[0, 256\)"):
+        plugin.block_settings({"mask_token_id": 256}, 256)
 
 
 def test_drafts_are_the_guesses_cut_or_padded_with_the_mask():
@@ -49,39 +55,3 @@ def test_drafts_are_the_guesses_cut_or_padded_with_the_mask():
 ])
 def test_width_is_the_smallest_choice_holding_root_guesses_and_masks(choices, most, block, width):
     assert block_width(choices, most, block) == width
-
-
-def test_a_step_that_accepts_nothing_grows_the_width_and_one_that_accepts_all_shrinks_it():
-    """The carry and the width rule together, over steps of a batch of one at widths (2, 4, 8)."""
-    choices, width = (2, 4, 8), block_width((2, 4, 8), 0, 1)
-    assert width == 2
-    predicted = torch.tensor([[30, 31]])  # chain [r, M]: M rejected
-    guesses = carried_guesses(predicted, accept_greedy(torch.tensor([[1, M]]), predicted))
-    assert guesses == [[31]] and block_width(choices, 1, 1) == 4
-    chain = torch.tensor([[30, *block_drafts(guesses[0], 3, M)]])  # [30, 31, M, M]: 31 accepted
-    predicted = torch.tensor([[31, 40, 41, 42]])
-    guesses = carried_guesses(predicted, accept_greedy(chain, predicted))
-    assert guesses == [[41, 42]] and block_width(choices, 2, 1) == 4
-    chain = torch.tensor([[40, *block_drafts(guesses[0], 3, M)]])  # all three accepted: nothing carried
-    predicted = torch.tensor([[41, 42, M, 50]])
-    guesses = carried_guesses(predicted, accept_greedy(chain, predicted))
-    assert guesses == [[]] and block_width(choices, 0, 1) == 2
-
-
-@pytest.mark.parametrize("settings, key", [
-    ({"mask_block": 0}, "mask_block"), ({"mask_block": True}, "mask_block"), ({"mask_block": 1.0}, "mask_block"),
-    ({"mask_token_id": -1}, "mask_token_id"), ({"mask_token_id": "7"}, "mask_token_id"),
-    ({"mask_token_id": False}, "mask_token_id"),
-])
-def test_bad_settings_are_refused_naming_the_key(settings, key):
-    with pytest.raises(ValueError, match=rf"^\[algorithms\.SBD\] {key} = "):
-        plugin.sgl_spec_verify_width("SBD", 4, settings)
-
-
-def test_mask_token_defaults_to_the_last_id_and_must_lie_in_the_vocabulary():
-    assert plugin.block_settings({}, 256) == (255, 1)
-    assert plugin.block_settings({}) == (None, 1)
-    assert plugin.block_settings({"mask_token_id": 7, "mask_block": 3}, 256) == (7, 3)
-    assert plugin.block_settings({"mask_token_id": 300}) == (300, 1)  # the vocabulary is not known yet
-    with pytest.raises(ValueError, match=r"^\[algorithms\.SBD\] mask_token_id = 256: it must be an int in \[0, 256\)"):
-        plugin.block_settings({"mask_token_id": 256}, 256)
