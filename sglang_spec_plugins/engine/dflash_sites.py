@@ -31,6 +31,10 @@ PREDICATES = ("is_dflash", "is_dflash_family")
 
 NAME = "DFLASH"
 
+_CANDIDATE = re.compile(r"\.(?:%s)\s*\(\s*\)|[\"']%s[\"']" % ("|".join(PREDICATES), NAME))
+"""Text without which a file holds no site (a predicate called without arguments, or the name as a string):
+only the files that match are parsed."""
+
 
 @dataclass(frozen=True)
 class DflashSite:
@@ -81,7 +85,7 @@ def _sites(srt: str) -> Tuple[DflashSite, ...]:
         if OWN_FILES.search(rel):
             continue
         text = path.read_text(encoding="utf-8", errors="replace")
-        if "dflash" not in text and NAME not in text:
+        if not _CANDIDATE.search(text):
             continue
         lines = text.splitlines()
         _visit(parsed(path), [], rel, lines, found)
