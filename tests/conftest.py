@@ -1,4 +1,5 @@
 import importlib
+import os
 import sys
 from pathlib import Path
 
@@ -7,6 +8,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from dists import make_dist  # noqa: E402
+
+pytest_plugins = ["pytester"]  # the conformance kit's tests run it in an inner pytest session (the `kit` fixture)
 
 NEEDS = "SGLang and torch (the CPU harness: examples/quickstart.sh) and the two example drafters"
 """Why a test marked ``sglang`` is skipped (the markers are registered in pyproject.toml)."""
@@ -85,3 +88,40 @@ def cli(capsys):
         return status, out, err
 
     return run
+
+
+@pytest.fixture
+def kit(request, tmp_path, monkeypatch):
+    """The conformance kit as a drafter's suite runs it (``-p sglang_spec_plugins.testing``), in an inner
+    pytest session in this process (pytester), in an empty project. ``kit.install(name, source)`` installs
+    the module ``NAME_plugin`` as the distribution ``broken-NAME`` (entry point NAME) into a site directory
+    on sys.path and on PYTHONPATH (the kit's fresh processes import it too); ``kit.run(*plugins, select=,
+    extra=())`` runs the kit on those plugins (``select``: its ``-k``; None: every item) and returns
+    pytester's RunResult. The environment names no plugin, plugins.toml or agreement; the kit's processes
+    use the user's source cache (pytester points HOME at its project)."""
+    from sglang_spec_plugins.engine.source_cache import CACHE_ENV, cache_dir
+
+    source_cache = cache_dir()  # before pytester moves HOME
+    pytester = request.getfixturevalue("pytester")
+    root = tmp_path / "site"
+    root.mkdir()
+    monkeypatch.syspath_prepend(str(root))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])))
+    monkeypatch.setenv(CACHE_ENV, str(source_cache) if source_cache else "off")
+    for name in ("SGLANG_SPEC_PLUGINS", "SGLANG_SPEC_PLUGINS_CONFIG", "SGLANG_SPEC_PLUGINS_AGREEMENT"):
+        monkeypatch.delenv(name, raising=False)
+
+    class Kit:
+        site = root
+
+        def install(self, name, source):
+            make_dist(root, f"broken-{name}", {name: f"{name}_plugin"}, {f"{name}_plugin": source})
+            importlib.invalidate_caches()
+            sys.modules.pop(f"{name}_plugin", None)
+
+        def run(self, *plugins, select="not sglang_", extra=()):
+            return pytester.runpytest("-p", "no:cacheprovider", "-p", "sglang_spec_plugins.testing",
+                                      *[arg for name in plugins for arg in ("--sglang-spec-plugin", name)],
+                                      *(("-k", select) if select else ()), "-rfs", *extra)
+
+    return Kit()

@@ -38,6 +38,7 @@ def run(*cmd, cwd=None, timeout=600):
 
 
 def pytest_in(venv: Path, project: Path, *args) -> str:
+    # a subprocess: the suite runs in that venv's interpreter, with its own packages (pytester runs this one's)
     return run(venv / "bin" / "python", "-m", "pytest", "-p", "no:cacheprovider", "-v", *args, cwd=project)
 
 
@@ -133,6 +134,7 @@ def test_kit_without_sglang_fails_a_factory_that_cannot_import_or_returns_an_ins
         "lambda server_args: Worker", "lambda server_args: Worker()")})
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     env.pop("PYTHONPATH", None)
+    # a subprocess: the kit in the fresh venv's interpreter, where SGLang is absent (pytester runs this one's)
     out = subprocess.run([fresh / "bin" / "python", "-m", "pytest", "-p", "no:cacheprovider", "-p", "sglang_spec_plugins.testing",
                           "--sglang-spec-plugin", "needsflash", "--sglang-spec-plugin", "instance", "-k", "worker_factory"],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)

@@ -128,12 +128,17 @@ class Kit(pytest.Collector):
                     except Finding:
                         pytest.skip(f"not run: the plugin's answers are refused ({name}::{check})")
 
+        @functools.lru_cache(maxsize=None)
+        def report(sections: Tuple[str, ...]):
+            """One run on SGLang per plugin and sections in this session (a later session runs its own)."""
+            return checks.on_sglang(plugin, cfg, tuple((n, ndts(n)) for n in sorted(owned)), sections)
+
         def on_sglang(section: str):
             if not checks.sglang_importable():
                 pytest.skip("SGLang is not importable here; these checks run where it is")
             answered(*sorted(owned))
             sections = ("attention",) if section == "attention" else ("registry", "start", "worker", "draft_model")  # attention: slow
-            return checks.on_sglang(plugin, cfg, tuple((n, ndts(n)) for n in sorted(owned)), sections)
+            return report(sections)
 
         for name in sorted(owned):
             offered = owned[name]

@@ -12,7 +12,6 @@ the same answers through its own code.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import subprocess
@@ -133,11 +132,10 @@ def sglang_importable() -> bool:
     return importlib.util.find_spec("sglang") is not None
 
 
-@functools.lru_cache(maxsize=None)
 def on_sglang(plugin: str, config_path: Optional[Path], ndts_by_algorithm: Tuple[Tuple[str, Tuple[int, ...]], ...],
               sections: Tuple[str, ...]) -> Dict[str, Any]:
     """Run :mod:`.on_sglang` for ``plugin`` and ``sections`` in a fresh process
-    and return its report (one run per session, plugin and sections)."""
+    and return its report."""
     env = dict(os.environ, SGLANG_SPEC_PLUGINS=plugin)
     env.pop("SGLANG_PLUGINS", None)
     env.pop(AGREEMENT_ENV, None)  # a server's agreement the environment names is that server's, not this check's
