@@ -2,8 +2,8 @@
 seen to get a setup wrong, each with the message that must name its source.
 
 A :class:`Case` is a plugins.toml (text or raw bytes), the drafter
-distributions installed beside the two examples, the environment, and the
-message expected. ``ndt`` None: the fault shows while plugins load; an int:
+distributions installed beside the two examples (each plugin's module is a
+file under ``bad_plugins/``), the environment, and the message expected. ``ndt`` None: the fault shows while plugins load; an int:
 it shows when SGLang asks for the widths at that ``speculative_num_draft_tokens``.
 ``test_bad_inputs.py`` runs each one through SGLang's own ``load_plugins()``
 and through ``sglang-spec-plugins check``.
@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import json
 import os
-import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Union
 
-from dists import PLUGIN_HEADER, simple_plugin
 
 OK_TOML = '[plugins]\nenable = ["sbd"]\n'
 """A valid base: only the example SBD plugin enabled."""
@@ -31,7 +29,8 @@ class Case:
     """A regular expression the error message must match (``{cfg}`` is the plugins.toml path)."""
     toml: Optional[Union[str, bytes]] = OK_TOML
     dists: Dict[str, str] = field(default_factory=dict)
-    """plugin name -> module source; installed as ``<name>-drafter==1.0`` with entry point ``<name>``."""
+    """plugin name -> the file of its module, ``bad_plugins/<file>.py``; installed as the module ``<name>_mod`` of
+    ``<name>-drafter==1.0``, whose entry point ``<name>`` names it (or ``targets[name]``)."""
     env: Dict[str, str] = field(default_factory=dict)
     ndt: Optional[int] = None
     setup: Optional[Callable[[Path], Dict[str, str]]] = None
@@ -51,31 +50,13 @@ class Case:
     """The algorithm whose widths an ``ndt`` case asks for."""
 
 
-def plugin(body: str) -> str:
-    return PLUGIN_HEADER + textwrap.dedent(body)
+BAD_PLUGINS = Path(__file__).with_name("bad_plugins")
+"""The plugin modules of the cases, one file each (``bad_plugins/<name>.py``)."""
 
 
-def offers(name: str = "BAD", extra: str = "") -> str:
-    return plugin(f"""
-        class Worker:
-            pass
-
-        @hookimpl
-        def sgl_spec_algorithms():
-            return [AlgorithmSpec(name={name!r}, worker_factory=lambda server_args: Worker, supports_overlap=True{extra})]
-        """)
-
-
-def algorithms_returning(expr: str) -> str:
-    return plugin(f"""
-        @hookimpl
-        def sgl_spec_algorithms():
-            return {expr}
-        """)
-
-
-def with_hook(source: str, hook: str) -> str:
-    return source + textwrap.dedent(hook)
+def bad_plugin(name: str) -> str:
+    """The source of ``bad_plugins/<name>.py``."""
+    return (BAD_PLUGINS / f"{name}.py").read_text()
 
 
 def config_env(make: Callable[[Path], Path]) -> Callable[[Path], Dict[str, str]]:
@@ -175,39 +156,6 @@ def _dangling(path: Path) -> Path:
     return path
 
 
-def starting(forward: str, returns: str = "Worker", width: Optional[str] = None, validator: Optional[str] = None,
-             member: str = "pass", factory: str = "pass") -> str:
-    """A plugin whose worker factory returns ``returns`` (default: a class built on worker_base() with
-    ``forward``, e.g. ``async def forward_batch_generation(...)``, and the class statement ``member``), after
-    running the statement ``factory``, with ``supports_overlap=False``, an optional width expression and
-    validator body."""
-    forward = forward if forward.startswith("async ") else f"def {forward}"
-    source = plugin(f"""
-        def _validate(args):
-            {validator or "pass"}
-
-        def _factory(server_args):
-            from sglang_spec_plugins.worker import worker_base
-
-            {factory}
-
-            class Worker(worker_base()):
-                {member}
-
-                {forward}:
-                    raise NotImplementedError
-
-            return {returns}
-
-        @hookimpl
-        def sgl_spec_algorithms():
-            return [AlgorithmSpec(name="BAD", worker_factory=_factory, validate_server_args=_validate)]
-        """)
-    if width is not None:
-        source += f"\n@hookimpl\ndef sgl_spec_verify_width(algorithm):\n    return {width} if algorithm == 'BAD' else None\n"
-    return source
-
-
 FLAGS = {"speculative_algorithm": "BAD", "speculative_num_draft_tokens": 4, "disable_overlap_schedule": True}
 """The operator's arguments for the start-up cases (SGLang's names)."""
 
@@ -224,8 +172,6 @@ REMOVE_IT = (r"no process writes one \(records are written whole\): remove it, o
              r"SGLANG_SPEC_PLUGINS_AGREEMENT")
 NOT_WITH_DP = (r"which are not served with DP attention \(--enable-dp-attention or --attn-dp-size above 1; SGLang pads every "
                r"DP rank's decode batch to the largest rank's\)")
-WEIRD = "class Weird(Exception):\n    def __str__(self):\n        raise ValueError('bad str')\n"
-"""An exception whose message cannot be shown."""
 SKIPPING = "[plugins]\nenable = ['sbd', 'dflash_block', 'bad']\non_error = 'skip'\n"
 WIDTH = "[plugins]\nenable = ['bad']\n"
 BY_BATCH = "[algorithms.BAD]\nmax_tokens_per_req = 6\nwidths_by_batch_size = {1 = 6, 2 = 4, 4 = 2}\n"
@@ -251,11 +197,11 @@ CASES = [
     Case("enable unknown plugin", r"{cfg}: \[plugins\] enable: unknown plugin 'sdb' \(did you mean 'sbd'\? \d+ installed\)", "[plugins]\nenable = ['sdb']\n"),
     Case("disable unknown plugin", r"{cfg}: \[plugins\] disable: unknown plugin 'dflash' \(did you mean 'dflash_block'\? \d+ installed\)", "[plugins]\ndisable = ['dflash']\n"),
     Case("enable a string, nothing imported", r"\A{cfg}: \[plugins\] enable must be a list of plugin names \(strings\), got 'sbd'\Z",
-         "[plugins]\nenable = 'sbd'\n", {"bad": "raise ImportError('imported although the config is broken')\n"}),
+         "[plugins]\nenable = 'sbd'\n", {"bad": "must_not_be_imported"}),
     Case("enabled instead of enable, nothing imported", r"\A{cfg}: \[plugins\] unknown key 'enabled' \(known: enable, disable, on_error\)\Z",
-         "[plugins]\nenabled = ['sbd']\n", {"bad": "raise ImportError('imported although the config is broken')\n"}),
+         "[plugins]\nenabled = ['sbd']\n", {"bad": "must_not_be_imported"}),
     Case("top-level plugins array, nothing imported", r"\A{cfg}: \[plugins\] must be a table\Z",
-         "plugins = ['sbd']\n", {"bad": "raise ImportError('imported although the config is broken')\n"}),
+         "plugins = ['sbd']\n", {"bad": "must_not_be_imported"}),
     Case("algorithms not a table", r"{cfg}: \[algorithms\] must be a table of \[algorithms.NAME\] tables", "algorithms = 1\n"),
     Case("algorithm not a table", r"{cfg}: \[algorithms.SBD\] must be a table", "[algorithms]\nSBD = 1\n"),
     Case("reserved name", r"{cfg}: \[algorithms.EAGLE\] 'EAGLE' is a built-in SGLang algorithm name", "[algorithms.EAGLE]\n"),
@@ -298,9 +244,9 @@ CASES = [
     Case("typo in a table name", r"\A{cfg}: \[algorithms.SDB\]: unknown algorithm; no installed plugin offers it \(did you mean SBD, offered by 'sbd'\?\); nor does the source of the \d+ installed plugin\(s\) not loaded name it",
          "[plugins]\nenable = ['sbd']\n[algorithms.SDB]\nverify_width = 4\n"),
     Case("unknown plugin among many", r"{cfg}: \[plugins\] enable: unknown plugin 'drafter_1O' \(did you mean 'drafter_1' or 'drafter_11' or 'drafter_10'\? \d+ installed\)\Z",
-         "[plugins]\nenable = ['drafter_1O']\n", {f"drafter_{i}": offers(f"D{i}") for i in range(12)}),
+         "[plugins]\nenable = ['drafter_1O']\n", {f"drafter_{i}": "offers_d_by_module_name" for i in range(12)}),
     Case("offered twice", r"{cfg}: \[algorithms.SBD\] plugin: algorithm SBD is offered by several plugins \(bad, sbd\); set plugin",
-         "[plugins]\n", {"bad": offers("sbd")}),
+         "[plugins]\n", {"bad": "offered_twice"}),
     Case("many mistakes at once",
          r"{cfg}: \[plugins\] on_error must be one of .*\n{cfg}: \[algorithms.SBD\] max_tokens_per_req must be .*\n{cfg}: \[plugins\] enable: unknown plugin 'sdb'",
          "[plugins]\non_error = 'never'\nenable = ['sdb', 'sbd']\n[algorithms.SBD]\nmax_tokens_per_req = -1\n"),
@@ -324,209 +270,208 @@ CASES = [
     Case("allow-list unknown", r"SGLANG_SPEC_PLUGINS=sbd,sdb: unknown plugin 'sdb' \(did you mean 'sbd'\? \d+ installed\)", env={"SGLANG_SPEC_PLUGINS": "sbd,sdb"}),
     # --- plugin distributions that fail to load ---
     Case("import error", r"plugin 'bad' \(bad-drafter==1.0\): cannot import bad_mod: ImportError: needs flash_attn", BAD,
-         {"bad": "raise ImportError('needs flash_attn')\n"}),
+         {"bad": "import_error"}),
     Case("sys.exit at import", r"plugin 'bad' \(bad-drafter==1.0\): cannot import bad_mod: SystemExit \(it called sys.exit\(3\)\)", BAD,
-         {"bad": "import sys\nsys.exit(3)\n"}),
+         {"bad": "exits_at_import"}),
     Case("unknown hook", r"plugin 'bad' \(bad-drafter==1.0\): breaks the hook contract: .*unknown hook 'sgl_spec_verify_widht'", BAD,
-         {"bad": plugin("@hookimpl\ndef sgl_spec_verify_widht(algorithm):\n    return 1\n")}),
+         {"bad": "unknown_hook"}),
     Case("misspelt optional hook", r"plugin 'bad' \(bad-drafter==1.0\): breaks the hook contract: unknown hook 'sgl_spec_verify_widht' \(did you mean 'sgl_spec_verify_width'\?\), marked optionalhook=True; every @hookimpl must implement one of the 5 hooks of this contract", BAD,
-         {"bad": with_hook(offers(), "@hookimpl(optionalhook=True)\ndef sgl_spec_verify_widht(algorithm):\n    return 2\n")}),
+         {"bad": "misspelt_optional_hook"}),
     Case("hook argument unknown", r"plugin 'bad' \(bad-drafter==1.0\): breaks the hook contract: .*sgl_spec_verify_width\(algorithm, ndt\); Argument\(s\) \{'ndt'\} are declared in the hookimpl but can not be found in the hookspec", BAD,
-         {"bad": with_hook(offers(), "@hookimpl\ndef sgl_spec_verify_width(algorithm, ndt):\n    return 1\n")}),
+         {"bad": "hook_argument_unknown"}),
     Case("pytest.skip at import", r"plugin 'bad' \(bad-drafter==1.0\): cannot import bad_mod: Skipped: needs a GPU \(a BaseException that is not an Exception\)", BAD,
-         {"bad": "import pytest\npytest.skip('needs a GPU', allow_module_level=True)\n"}),
+         {"bad": "skips_at_import"}),
     Case("BaseException from algorithms", r"plugin 'bad' \(bad-drafter==1.0\): sgl_spec_algorithms raised bad_mod.Stop: no \(a BaseException that is not an Exception\)", BAD,
-         {"bad": plugin("class Stop(BaseException):\n    pass\n@hookimpl\ndef sgl_spec_algorithms():\n    raise Stop('no')\n")}),
+         {"bad": "baseexception_from_algorithms"}),
     Case("BaseException from the draft hook", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: sgl_spec_draft_may_verify\(\) raised bad_mod.Stop: no \(a BaseException", BAD,
-         {"bad": with_hook(offers(), "class Stop(BaseException):\n    pass\n@hookimpl\ndef sgl_spec_draft_may_verify(algorithm):\n    raise Stop('no')\n")}),
+         {"bad": "baseexception_from_the_draft_hook"}),
     Case("hook argument with a default", r"plugin 'bad' \(bad-drafter==1.0\): sgl_spec_verify_width gives settings a default value; pluggy never passes an argument that has a default, so the hook would always see the default \(e.g. `settings=\{\}` ignores plugins.toml\): remove the default", BAD,
-         {"bad": with_hook(offers(), "@hookimpl\ndef sgl_spec_verify_width(algorithm, num_draft_tokens, settings={}):\n    return settings.get('w', 2) if algorithm == 'BAD' else None\n")}),
+         {"bad": "hook_argument_with_a_default"}),
     Case("entry point names a function", r"plugin 'bad' \(bad-drafter==1.0\): the entry point bad = 'bad_mod:sgl_spec_algorithms' names the function sgl_spec_algorithms; an entry point must name a module \('bad_mod'\) or an object holding @hookimpl functions", BAD,
-         {"bad": offers()}, targets={"bad": "bad_mod:sgl_spec_algorithms"}),
+         {"bad": "offers_bad"}, targets={"bad": "bad_mod:sgl_spec_algorithms"}),
     Case("entry point names a class", r"plugin 'bad' \(bad-drafter==1.0\): the entry point bad = 'bad_mod:Hooks' names the class Hooks; an entry point must name a module \('bad_mod'\) or an object holding @hookimpl functions \(an instance, not its class\)", BAD,
-         {"bad": plugin("class Hooks:\n    @hookimpl\n    def sgl_spec_algorithms(self):\n        return [AlgorithmSpec('BAD', lambda a: object)]\n")}, targets={"bad": "bad_mod:Hooks"}),
+         {"bad": "entry_point_names_a_class"}, targets={"bad": "bad_mod:Hooks"}),
     Case("plugin with no hookimpl", r"plugin 'bad' \(bad-drafter==1.0\): offers nothing: its entry point bad_mod is <module 'bad_mod' from '.*bad_mod.py'>, a module with no @hookimpl function; it must name a module or an object holding @hookimpl functions, sgl_spec_algorithms among them", BAD,
-         {"bad": plugin("def sgl_spec_algorithms():\n    return []\n")}),
+         {"bad": "plugin_with_no_hookimpl"}),
     Case("entry point resolves to an int", r"plugin 'bad' \(bad-drafter==1.0\): offers nothing: its entry point bad_mod:VALUE is 42, a int with no @hookimpl function", BAD,
-         {"bad": "VALUE = 42\n"}, targets={"bad": "bad_mod:VALUE"}),
+         {"bad": "entry_point_resolves_to_an_int"}, targets={"bad": "bad_mod:VALUE"}),
     Case("plugin offers no algorithm", r"plugin 'bad' \(bad-drafter==1.0\): offers nothing: sgl_spec_algorithms returned \[\]; a plugin with no algorithm to offer here must be left out", BAD,
-         {"bad": algorithms_returning("[]")}),
+         {"bad": "plugin_offers_no_algorithm"}),
     Case("plugin without sgl_spec_algorithms", r"plugin 'bad' \(bad-drafter==1.0\): offers nothing: it does not implement sgl_spec_algorithms, so its other hooks \(sgl_spec_verify_width\) answer for no algorithm of its own", BAD,
-         {"bad": plugin("@hookimpl\ndef sgl_spec_verify_width(algorithm):\n    return None\n")}),
+         {"bad": "plugin_without_sgl_spec_algorithms"}),
     Case("algorithms not a list", r"plugin 'bad' \(bad-drafter==1.0\): sgl_spec_algorithms must return a list of AlgorithmSpec, got 'BAD'", BAD,
-         {"bad": algorithms_returning("'BAD'")}),
+         {"bad": "algorithms_not_a_list"}),
     Case("algorithms a generator", r"plugin 'bad' \(bad-drafter==1.0\): sgl_spec_algorithms must return a list of AlgorithmSpec, got a generator \(it is consumed once; return a list\)$", BAD,
-         {"bad": algorithms_returning("(s for s in [AlgorithmSpec('X', lambda a: object)])")}),
+         {"bad": "algorithms_a_generator"}),
     Case("algorithms of dicts", r"plugin 'bad' \(bad-drafter==1.0\): sgl_spec_algorithms returned \{'name': 'BAD'\}, not an AlgorithmSpec", BAD,
-         {"bad": algorithms_returning("[{'name': 'BAD'}]")}),
-    Case("offers a reserved name", r"plugin 'bad' \(bad-drafter==1.0\): algorithm name 'EAGLE3' is reserved by SGLang", BAD, {"bad": offers("eagle3")}),
-    Case("offers a dashed name", r"plugin 'bad' \(bad-drafter==1.0\): algorithm name 'my-algo' is not a valid name", BAD, {"bad": offers("my-algo")}),
-    Case("offers a non-ascii name", r"plugin 'bad' \(bad-drafter==1.0\): algorithm name '\u00c4LGO' is not a valid name \(ASCII", BAD, {"bad": offers("\u00c4LGO")}),
+         {"bad": "algorithms_of_dicts"}),
+    Case("offers a reserved name", r"plugin 'bad' \(bad-drafter==1.0\): algorithm name 'EAGLE3' is reserved by SGLang", BAD, {"bad": "offers_a_reserved_name"}),
+    Case("offers a dashed name", r"plugin 'bad' \(bad-drafter==1.0\): algorithm name 'my-algo' is not a valid name", BAD, {"bad": "offers_a_dashed_name"}),
+    Case("offers a non-ascii name", r"plugin 'bad' \(bad-drafter==1.0\): algorithm name '\u00c4LGO' is not a valid name \(ASCII", BAD, {"bad": "offers_a_non_ascii_name"}),
     Case("offers a name twice", r"plugin 'bad' \(bad-drafter==1.0\): offers algorithm 'X' twice", BAD,
-         {"bad": algorithms_returning("[AlgorithmSpec('X', lambda a: object), AlgorithmSpec('x', lambda a: object)]")}),
+         {"bad": "offers_a_name_twice"}),
     Case("factory not callable", r"plugin 'bad' \(bad-drafter==1.0\): algorithm X: worker_factory is not callable", BAD,
-         {"bad": algorithms_returning("[AlgorithmSpec('X', None)]")}),
+         {"bad": "factory_not_callable"}),
     Case("validator not callable", r"plugin 'bad' \(bad-drafter==1.0\): algorithm X: validate_server_args is not callable", BAD,
-         {"bad": algorithms_returning("[AlgorithmSpec('X', lambda a: object, validate_server_args='strict')]")}),
+         {"bad": "validator_not_callable"}),
     Case("overlap not a bool", r"plugin 'bad' \(bad-drafter==1.0\): algorithm X: supports_overlap must be a bool", BAD,
-         {"bad": algorithms_returning("[AlgorithmSpec('X', lambda a: object, supports_overlap='yes')]")}),
+         {"bad": "overlap_not_a_bool"}),
     Case("unknown capability", r"plugin 'bad' \(bad-drafter==1.0\): sgl_spec_algorithms raised ValueError: AlgorithmSpec 'X': unknown capability 'supports_ragged_verify' \(known: has_draft_kv, ", BAD,
-         {"bad": algorithms_returning("[AlgorithmSpec('X', lambda a: object, capabilities={'supports_ragged_verify': True})]")}),
+         {"bad": "unknown_capability"}),
     Case("capability not a bool", r"plugin 'bad' \(bad-drafter==1.0\): sgl_spec_algorithms raised ValueError: AlgorithmSpec 'X': capability has_draft_kv must be True or False, got 0", BAD,
-         {"bad": algorithms_returning("[AlgorithmSpec('X', lambda a: object, capabilities={'has_draft_kv': 0})]")}),
+         {"bad": "capability_not_a_bool"}),
     Case("algorithms raises", r"plugin 'bad' \(bad-drafter==1.0\): sgl_spec_algorithms raised KeyError: 'cfg'", BAD,
-         {"bad": plugin("@hookimpl\ndef sgl_spec_algorithms():\n    raise KeyError('cfg')\n")}),
+         {"bad": "algorithms_raises"}),
     Case("algorithms exits", r"plugin 'bad' \(bad-drafter==1.0\): sgl_spec_algorithms raised SystemExit \(it called sys.exit\(2\)\)", BAD,
-         {"bad": plugin("import sys\n@hookimpl\ndef sgl_spec_algorithms():\n    sys.exit(2)\n")}),
+         {"bad": "algorithms_exits"}),
     Case("new-style wrapper", r"plugin 'bad' \(bad-drafter==1.0\): sgl_spec_verify_width is a hook wrapper .*; this contract has no wrappers", BAD,
-         {"bad": with_hook(offers(), "@hookimpl(wrapper=True)\ndef sgl_spec_verify_width():\n    return (yield)\n")}),
+         {"bad": "new_style_wrapper"}),
     Case("old-style wrapper", r"plugin 'bad' \(bad-drafter==1.0\): sgl_spec_draft_may_verify is a hook wrapper", BAD,
-         {"bad": with_hook(offers(), "@hookimpl(hookwrapper=True)\ndef sgl_spec_draft_may_verify():\n    yield\n")}),
+         {"bad": "old_style_wrapper"}),
     # --- answers that need no num_draft_tokens, checked while loading ---
     Case("draft hook raises", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: sgl_spec_draft_may_verify\(\) raised RuntimeError: no config", BAD,
-         {"bad": with_hook(offers(), "@hookimpl\ndef sgl_spec_draft_may_verify(algorithm):\n    raise RuntimeError('no config')\n")}),
+         {"bad": "draft_hook_raises"}),
     Case("draft answer not a bool", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: sgl_spec_draft_may_verify\(\) returned 'yes', a str, not a bool; it must be a bool", BAD,
-         {"bad": with_hook(offers(), "@hookimpl\ndef sgl_spec_draft_may_verify(algorithm):\n    return 'yes' if algorithm == 'BAD' else None\n")}),
+         {"bad": "draft_answer_not_a_bool"}),
     Case("wrong-case comparison", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: sgl_spec_draft_may_verify\(\) returned None for its own algorithm BAD; hooks receive the name upper case", BAD,
-         {"bad": with_hook(offers("bad"), "@hookimpl\ndef sgl_spec_draft_may_verify(algorithm):\n    return True if algorithm == 'bad' else None\n")}),
+         {"bad": "wrong_case_comparison"}),
     Case("tree verified by the draft worker", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: verify_shape='tree' and sgl_spec_draft_may_verify\(\) returned True, but SGLang captures a draft worker's TARGET_VERIFY only as a causal chain", BAD,
-         {"bad": with_hook(offers("BAD", ", verify_shape='tree'"), "@hookimpl\ndef sgl_spec_draft_may_verify(algorithm):\n    return True if algorithm == 'BAD' else None\n")}),
+         {"bad": "tree_verified_by_the_draft_worker"}),
     Case("answers for every algorithm", r"plugin 'bad' \(bad-drafter==1.0\): sgl_spec_draft_may_verify answered True for algorithm SBD, which plugin 'sbd' owns", BAD,
-         {"bad": with_hook(offers(), "@hookimpl\ndef sgl_spec_draft_may_verify():\n    return True\n")}),
+         {"bad": "draft_answers_for_every_algorithm"}),
     Case("width for others", r"plugin 'bad' \(bad-drafter==1.0\): sgl_spec_verify_width answered 2 for algorithm SBD, which plugin 'sbd' owns", BAD,
-         {"bad": with_hook(offers(), "@hookimpl\ndef sgl_spec_verify_width(algorithm):\n    return 2\n")}),
+         {"bad": "width_for_others"}),
     Case("max raises for others", r"plugin 'bad' \(bad-drafter==1.0\): sgl_spec_max_verify_width\(algorithm='SBD', num_draft_tokens=16\) raised KeyError: 'SBD'", BAD,
-         {"bad": with_hook(offers(), "@hookimpl\ndef sgl_spec_max_verify_width(algorithm):\n    return {'BAD': 16}[algorithm]\n")}),
+         {"bad": "max_raises_for_others"}),
     Case("name claimed twice", r"plugin 'sbd': the plugin name is claimed by several installed distributions: sbd-drafter==1.0 \(sbd_mod\), sglang-spec-example-sbd==0.1.0 \(sbd_drafter.plugin\); uninstall all but one",
-         OK_TOML, {"sbd": offers("SBD2")}),
+         OK_TOML, {"sbd": "offers_sbd2"}),
     # --- found when SGLang resolves its server arguments, before any weights load (and by check) ---
     Case("worker forward lacks **kwargs", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: .*Worker.forward_batch_generation\(self, batch\) cannot take what SGLang [0-9.post]+ passes, \(batch, .*\): got an unexpected keyword argument", WIDTH,
-         {"bad": starting("forward_batch_generation(self, batch)")}, start=FLAGS, since="0.5.13"),
+         {"bad": "worker_forward_lacks_kwargs"}, start=FLAGS, since="0.5.13"),
     Case("worker lacks members", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: .*Worker lacks .*which SGLang [0-9.post]+ uses on every speculative worker; build on sglang_spec_plugins.worker.worker_base\(\)", WIDTH,
-         {"bad": offers()}, start=FLAGS),
+         {"bad": "offers_bad"}, start=FLAGS),
     Case("factory returns an instance", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: the worker factory returned <object object at 0x[0-9a-f]+>, not a class; SGLang [0-9.post]+ instantiates what it returns", WIDTH,
-         {"bad": starting("forward_batch_generation(self, batch, **kwargs)", "object()")}, start=FLAGS),
+         {"bad": "factory_returns_an_instance"}, start=FLAGS),
     Case("factory raises", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: worker_factory raised ModuleNotFoundError: No module named 'flash_attn_not_installed'", WIDTH,
-         {"bad": starting("forward_batch_generation(self, batch, **kwargs)", "__import__('flash_attn_not_installed')")}, start=FLAGS),
+         {"bad": "factory_raises"}, start=FLAGS),
     Case("overlap flag missing", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: supports_overlap=False: SGLang [0-9.post]+ refuses to start it without --disable-overlap-schedule", WIDTH,
-         {"bad": starting("forward_batch_generation(self, batch, **kwargs)")}, start=dict(FLAGS, disable_overlap_schedule=False)),
+         {"bad": "startable"}, start=dict(FLAGS, disable_overlap_schedule=False)),
     Case("fa3 below ndt", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: --attention-backend fa3 on the target worker at width 2 \(chain, ndt 4\) on SGLang [0-9.post]+ is refused: lays the target worker's TARGET_VERIFY out at speculative_num_draft_tokens", WIDTH,
-         {"bad": starting("forward_batch_generation(self, batch, **kwargs)", width="2")}, start=dict(FLAGS, attention_backend="fa3")),
+         {"bad": "fa3_below_ndt"}, start=dict(FLAGS, attention_backend="fa3")),
     Case("widths by batch on an unproven backend", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: --attention-backend torch_native on the target worker at width 4 \(chain, ndt 4\) on SGLang [0-9.post]+ is refused: is not proven with widths by batch size \(\{1 = 4, 8 = 4\}; proven on: aiter, flashinfer, triton, trtllm_mha\)",
-         WIDTH + "[algorithms.BAD]\nwidths_by_batch_size = {1 = 4, 8 = 4}\n", {"bad": starting("forward_batch_generation(self, batch, **kwargs)")},
+         WIDTH + "[algorithms.BAD]\nwidths_by_batch_size = {1 = 4, 8 = 4}\n", {"bad": "startable"},
          start=dict(FLAGS, attention_backend="torch_native")),
     Case("widths by batch on triton at ndt", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: --attention-backend triton on the target worker at width 2 \(chain, ndt 4\) on SGLang [0-9.post]+ is refused: lays TARGET_VERIFY out at speculative_num_draft_tokens",
-         WIDTH + BY_BATCH, {"bad": starting("forward_batch_generation(self, batch, **kwargs)")}, start=dict(FLAGS, attention_backend="triton"),
+         WIDTH + BY_BATCH, {"bad": "startable"}, start=dict(FLAGS, attention_backend="triton"),
          until="0.5.16"),
     Case("trtllm_mha on SM90 without the XQA mask", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: --attention-backend trtllm_mha on the target worker at width 4 \(chain, ndt 4\) on SGLang [0-9.post]+ is refused: runs TARGET_VERIFY on this SM90 \(Hopper\) GPU through flashinfer's XQA kernel, which needs a spec-decode mask for more than one token per request, and this release passes none .*; choose another --attention-backend \(flashinfer serves plugin algorithms on every release\) or SGLang 0.5.21\+", WIDTH,
-         {"bad": starting("forward_batch_generation(self, batch, **kwargs)")}, start=dict(FLAGS, **TRTLLM_MHA_VERIFY), until="0.5.20", gpu="sm90"),
+         {"bad": "startable"}, start=dict(FLAGS, **TRTLLM_MHA_VERIFY), until="0.5.20", gpu="sm90"),
     Case("validator AssertionError", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: validate_server_args refused --speculative-num-draft-tokens 4: AssertionError: blocks of 16 only", WIDTH,
-         {"bad": starting("forward_batch_generation(self, batch, **kwargs)", validator="assert args.speculative_num_draft_tokens == 16, 'blocks of 16 only'")}, start=FLAGS),
+         {"bad": "validator_assertionerror"}, start=FLAGS),
     Case("widths by batch with DP attention", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: \[algorithms.BAD\] widths_by_batch_size in {cfg} gives widths by batch size \{1 = 4, 8 = 2\}, " + NOT_WITH_DP,
-         WIDTH + "[algorithms.BAD]\nwidths_by_batch_size = {1 = 4, 8 = 2}\n", {"bad": starting("forward_batch_generation(self, batch, **kwargs)")},
+         WIDTH + "[algorithms.BAD]\nwidths_by_batch_size = {1 = 4, 8 = 2}\n", {"bad": "startable"},
          start=dict(FLAGS, **DP_ATTENTION)),
     Case("widths hook with DP attention", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: sgl_spec_widths_by_batch_size\(num_draft_tokens=4, is_draft_worker=False\) gives widths by batch size \{1 = 4, 16 = 2\}, " + NOT_WITH_DP,
-         WIDTH, {"bad": with_hook(starting("forward_batch_generation(self, batch, **kwargs)"),
-                                  "@hookimpl\ndef sgl_spec_widths_by_batch_size(algorithm):\n    return {1: 4, 16: 2} if algorithm == 'BAD' else None\n")},
+         WIDTH, {"bad": "widths_hook_with_dp_attention"},
          start=dict(FLAGS, **DP_ATTENTION)),
     # --- widths, checked when SGLang asks at a num_draft_tokens ---
     Case("widths by acceptance without widths to choose from",
          r"\[algorithms.BAD\] widths_by_acceptance in {cfg}: the controller chooses each step's width among its batch-size bucket's widths, "
          r"but \[algorithms.BAD\] widths_by_batch_size in {cfg} gives \{1 = 4, 8 = 2\} at speculative_num_draft_tokens=4",
          WIDTH + "[algorithms.BAD]\nwidths_by_batch_size = {1 = 4, 8 = 2}\nwidths_by_acceptance = true\n",
-         {"bad": simple_plugin("BAD")}, ndt=4),
+         {"bad": "offers_bad_without_overlap"}, ndt=4),
     Case("width zero", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: sgl_spec_verify_width\(num_draft_tokens=16, is_draft_worker=False\) returned 0; it must be an int from 1 to the maximum width 16",
-         WIDTH, {"bad": simple_plugin("BAD", width="0")}, ndt=16),
+         WIDTH, {"bad": "width_zero"}, ndt=16),
     Case("width above max", r"sgl_spec_verify_width\(num_draft_tokens=8, is_draft_worker=False\) returned 12; it must be an int from 1 to the maximum width 8",
-         WIDTH, {"bad": simple_plugin("BAD", width="12")}, ndt=8),
-    Case("width a float", r"returned 4.0, a float, not an int; it must be an int from 1 to the maximum width 8", WIDTH, {"bad": simple_plugin("BAD", width="4.0")}, ndt=8),
-    Case("width a bool", r"returned True, a bool, not an int; it must be an int", WIDTH, {"bad": simple_plugin("BAD", width="True")}, ndt=8),
-    Case("width a string", r"returned '4', a str, not an int; it must be an int", WIDTH, {"bad": simple_plugin("BAD", width="'4'")}, ndt=8),
+         WIDTH, {"bad": "width_above_max"}, ndt=8),
+    Case("width a float", r"returned 4.0, a float, not an int; it must be an int from 1 to the maximum width 8", WIDTH, {"bad": "width_a_float"}, ndt=8),
+    Case("width a bool", r"returned True, a bool, not an int; it must be an int", WIDTH, {"bad": "width_a_bool"}, ndt=8),
+    Case("width a string", r"returned '4', a str, not an int; it must be an int", WIDTH, {"bad": "width_a_string"}, ndt=8),
     Case("width changes", r"algorithm BAD: sgl_spec_verify_width\(num_draft_tokens=16, is_draft_worker=False\) answered \d+, then \d+ for the same arguments; answers must be pure",
-         WIDTH, {"bad": simple_plugin("BAD", width="next(globals().setdefault('calls', __import__('itertools').count(1)))")}, ndt=16),
+         WIDTH, {"bad": "width_changes"}, ndt=16),
     Case("width wrong case", r"sgl_spec_verify_width\(num_draft_tokens=8, is_draft_worker=False\) returned None for its own algorithm BAD",
-         WIDTH, {"bad": with_hook(offers("Bad"), "@hookimpl\ndef sgl_spec_verify_width(algorithm):\n    return 2 if algorithm == 'Bad' else None\n")}, ndt=8),
+         WIDTH, {"bad": "width_wrong_case"}, ndt=8),
     Case("draft width only", r"sgl_spec_verify_width\(num_draft_tokens=16, is_draft_worker=True\) returned 32; it must be an int from 1 to the maximum width 16",
-         WIDTH, {"bad": simple_plugin("BAD", width="32 if is_draft_worker else 8")}, ndt=16),
+         WIDTH, {"bad": "draft_width_only"}, ndt=16),
     Case("max below ndt", r"sgl_spec_max_verify_width\(num_draft_tokens=16\) returned 8; the maximum width must be an int >= num_draft_tokens=16",
-         WIDTH, {"bad": simple_plugin("BAD", max_width="8")}, ndt=16),
+         WIDTH, {"bad": "max_below_ndt"}, ndt=16),
     Case("max above cap", r"sgl_spec_max_verify_width\(num_draft_tokens=8\) returned 32, above \[algorithms.BAD\] max_tokens_per_req = 16 in {cfg}",
-         WIDTH + "[algorithms.BAD]\nmax_tokens_per_req = 16\n", {"bad": simple_plugin("BAD", max_width="32")}, ndt=8),
+         WIDTH + "[algorithms.BAD]\nmax_tokens_per_req = 16\n", {"bad": "max_above_cap"}, ndt=8),
     Case("max unbounded", r"sgl_spec_max_verify_width\(num_draft_tokens=8\) returned 1000000, above 64, the most allowed without a cap",
-         WIDTH, {"bad": simple_plugin("BAD", max_width="10**6")}, ndt=8),
+         WIDTH, {"bad": "max_unbounded"}, ndt=8),
     Case("cap below ndt", r"\[algorithms.BAD\] max_tokens_per_req = 4 in {cfg} is below speculative_num_draft_tokens=8; raise it to at least 8",
-         WIDTH + "[algorithms.BAD]\nmax_tokens_per_req = 4\n", {"bad": simple_plugin("BAD", width="2")}, ndt=8),
+         WIDTH + "[algorithms.BAD]\nmax_tokens_per_req = 4\n", {"bad": "width_2"}, ndt=8),
     Case("width a NaN from plugins.toml", r"algorithm BAD: sgl_spec_verify_width\(num_draft_tokens=8, is_draft_worker=False\) returned nan, a float, not an int; it must be an int from 1 to the maximum width 8",
-         WIDTH + "[algorithms.BAD]\nverify_width = nan\n", {"bad": simple_plugin("BAD", width="settings['verify_width']")}, ndt=8),
+         WIDTH + "[algorithms.BAD]\nverify_width = nan\n", {"bad": "width_a_nan_from_plugins_toml"}, ndt=8),
     Case("width a NaN from the plugin", r"sgl_spec_verify_width\(num_draft_tokens=8, is_draft_worker=True\) returned nan, a float, not an int",
-         WIDTH, {"bad": simple_plugin("BAD", width="float('nan') if is_draft_worker else 4")}, ndt=8),
+         WIDTH, {"bad": "width_a_nan_from_the_plugin"}, ndt=8),
     Case("max a NaN", r"sgl_spec_max_verify_width\(num_draft_tokens=8\) returned nan, a float, not an int; the maximum width must be an int >= num_draft_tokens=8",
-         WIDTH, {"bad": simple_plugin("BAD", max_width="float('nan')")}, ndt=8),
+         WIDTH, {"bad": "max_a_nan"}, ndt=8),
     Case("width a numpy array", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: sgl_spec_verify_width\(num_draft_tokens=8, is_draft_worker=False\) returned array\(\[4, 4\]\), a numpy.ndarray, not an int",
-         WIDTH, {"bad": simple_plugin("BAD", width="__import__('numpy').array([4, 4])")}, ndt=8),
-    Case("width a numpy int", r"returned np.int64\(4\), a numpy.int64, not an int", WIDTH, {"bad": simple_plugin("BAD", width="__import__('numpy').int64(4)")}, ndt=8),
+         WIDTH, {"bad": "width_a_numpy_array"}, ndt=8),
+    Case("width a numpy int", r"returned np.int64\(4\), a numpy.int64, not an int", WIDTH, {"bad": "width_a_numpy_int"}, ndt=8),
     Case("width an object whose != raises", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: sgl_spec_verify_width\(num_draft_tokens=8, is_draft_worker=False\) returned <W>, a bad_mod.W, not an int",
-         WIDTH, {"bad": with_hook(simple_plugin("BAD", width="W()"), "class W:\n    def __ne__(self, other):\n        raise TypeError('no')\n    __eq__ = __ne__\n    def __repr__(self):\n        return '<W>'\n")}, ndt=8),
+         WIDTH, {"bad": "width_an_object_whose_ne_raises"}, ndt=8),
     Case("width an int whose != raises", r"returned 4, a bad_mod.W, not an int",
-         WIDTH, {"bad": with_hook(simple_plugin("BAD", width="W(4)"), "class W(int):\n    def __ne__(self, other):\n        raise TypeError('no')\n")}, ndt=8),
+         WIDTH, {"bad": "width_an_int_whose_ne_raises"}, ndt=8),
     Case("width hook raises a BaseException", r"sgl_spec_verify_width\(num_draft_tokens=8, is_draft_worker=False\) raised bad_mod.Stop: later \(a BaseException that is not an Exception\)",
-         WIDTH, {"bad": with_hook(simple_plugin("BAD", width="stop()"), "class Stop(BaseException):\n    pass\ndef stop():\n    raise Stop('later')\n")}, ndt=8),
+         WIDTH, {"bad": "width_hook_raises_a_baseexception"}, ndt=8),
     Case("another process's fingerprint", r"this process \(pid \d+ \(MainProcess, .*\)\) has fingerprint [0-9a-f]{16}, but " + LAUNCHER + r" of the same server has 0123456789abcdef: they load other plugins",
-         None, {"bad": simple_plugin("BAD", width="2")}, setup=agreement_of({"fingerprint": "0123456789abcdef"})),
+         None, {"bad": "width_2"}, setup=agreement_of({"fingerprint": "0123456789abcdef"})),
     Case("another process's width", r"algorithm BAD \(plugin 'bad'\): sgl_spec_verify_width\(num_draft_tokens=8, is_draft_worker=False\) is 2 in this process \(pid \d+ .*\) but 4 in " + LAUNCHER + r" of the same server: the plugin's answer depends on the process",
-         None, {"bad": simple_plugin("BAD", width="2")}, ndt=8,
+         None, {"bad": "width_2"}, ndt=8,
          setup=agreement_of({"BAD: sgl_spec_verify_width(num_draft_tokens=8, is_draft_worker=False)": 4})),
     Case("widths by batch above max", r"\[algorithms.BAD\] widths_by_batch_size = \{1 = 16, 8 = 8\} in {cfg}: width 16 is above the maximum width 8 at speculative_num_draft_tokens=8",
-         WIDTH + "[algorithms.BAD]\nwidths_by_batch_size = {1 = 16, 8 = 8}\n", {"bad": simple_plugin("BAD")}, ndt=8),
+         WIDTH + "[algorithms.BAD]\nwidths_by_batch_size = {1 = 16, 8 = 8}\n", {"bad": "offers_bad_without_overlap"}, ndt=8),
     Case("widths hook above max", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: sgl_spec_widths_by_batch_size\(num_draft_tokens=8, is_draft_worker=False\) returned \{1 = 16, 8 = 4\}; width 16 is above the maximum width 8",
-         WIDTH, {"bad": simple_plugin("BAD", widths="{1: 16, 8: 4}")}, ndt=8),
+         WIDTH, {"bad": "widths_hook_above_max"}, ndt=8),
     Case("widths hook not a mapping", r"sgl_spec_widths_by_batch_size\(num_draft_tokens=8, is_draft_worker=False\) returned 8, not widths by batch size: expected a non-empty mapping",
-         WIDTH, {"bad": simple_plugin("BAD", widths="8")}, ndt=8),
+         WIDTH, {"bad": "widths_hook_not_a_mapping"}, ndt=8),
     Case("widths hook changes", r"sgl_spec_widths_by_batch_size\(num_draft_tokens=8, is_draft_worker=False\) answered \{1 = \d+\}, then \{1 = \d+\} for the same arguments; answers must be pure",
-         WIDTH + "[algorithms.BAD]\nmax_tokens_per_req = 1024\n", {"bad": simple_plugin("BAD", widths="{1: __import__('itertools').count(1).__next__() + __import__('random').randrange(10**5)}")}, ndt=8),
+         WIDTH + "[algorithms.BAD]\nmax_tokens_per_req = 1024\n", {"bad": "widths_hook_changes"}, ndt=8),
     Case("width hook raises", r"sgl_spec_verify_width\(num_draft_tokens=8, is_draft_worker=False\) raised ZeroDivisionError", WIDTH,
-         {"bad": simple_plugin("BAD", width="num_draft_tokens // 0")}, ndt=8),
+         {"bad": "width_hook_raises"}, ndt=8),
     Case("width hook exits", r"sgl_spec_verify_width\(num_draft_tokens=8, is_draft_worker=False\) raised SystemExit \(it called sys.exit\(7\)\)", WIDTH,
-         {"bad": simple_plugin("BAD", width="__import__('sys').exit(7)")}, ndt=8),
+         {"bad": "width_hook_exits"}, ndt=8),
     # --- the agreement directory, as a machine holds it (issue 24) ---
     Case("agreement a regular file", r"SGLANG_SPEC_PLUGINS_AGREEMENT=\S+/agreement: a regular file, not a directory; unset SGLANG_SPEC_PLUGINS_AGREEMENT \(the server's first process then makes a fresh directory\) or name a directory",
-         None, {"bad": simple_plugin("BAD", width="2")}, setup=agreement_file),
+         None, {"bad": "width_2"}, setup=agreement_file),
     Case("agreement record truncated", AGREED + r"fingerprint.json: not an agreement record \(not JSON: Unterminated string .*\); " + REMOVE_IT,
-         None, {"bad": simple_plugin("BAD", width="2")}, setup=agreement_holding({"fingerprint": '{"answer": "fingerprint", "value": "0123'})),
+         None, {"bad": "width_2"}, setup=agreement_holding({"fingerprint": '{"answer": "fingerprint", "value": "0123'})),
     Case("agreement record a directory", AGREED + r"fingerprint.json: not an agreement record \(a directory, not a regular file\); " + REMOVE_IT,
-         None, {"bad": simple_plugin("BAD", width="2")}, setup=agreement_holding({"fingerprint": None})),
+         None, {"bad": "width_2"}, setup=agreement_holding({"fingerprint": None})),
     Case("agreement record of another shape", AGREED + r"fingerprint.json: not an agreement record \(it holds \[1, 2\], not an object with answer, value, process, pid and started\); " + REMOVE_IT,
-         None, {"bad": simple_plugin("BAD", width="2")}, setup=agreement_holding({"fingerprint": "[1, 2]"})),
+         None, {"bad": "width_2"}, setup=agreement_holding({"fingerprint": "[1, 2]"})),
     Case("agreement record of an exited process", AGREED + r"fingerprint.json was recorded by pid \d+ \(MainProcess, launch_server.py\), which is no longer running: a record an earlier server left in a reused directory; remove \S+/agreement \(or the files in it\), or unset SGLANG_SPEC_PLUGINS_AGREEMENT",
-         None, {"bad": simple_plugin("BAD", width="2")}, setup=agreement_holding(
+         None, {"bad": "width_2"}, setup=agreement_holding(
              {"fingerprint": '{"answer": "fingerprint", "value": "0123456789abcdef", "process": "pid {pid} (MainProcess, launch_server.py)", "pid": {pid}, "started": 1}'}, dead=True)),
     Case("agreement width record empty", r"\S+/agreement/answer\.[0-9a-f]{16}\.json: not an agreement record \(empty\); " + REMOVE_IT,
-         None, {"bad": simple_plugin("BAD", width="2")}, ndt=8,
+         None, {"bad": "width_2"}, ndt=8,
          setup=agreement_holding({"BAD: sgl_spec_verify_width(num_draft_tokens=8, is_draft_worker=False)": ""})),
     # --- DP attention, as each release resolves it (0.5.23: --attn-dp-size) ---
     Case("widths by batch with --attn-dp-size", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: \[algorithms.BAD\] widths_by_batch_size in {cfg} gives widths by batch size \{1 = 4, 8 = 2\}, " + NOT_WITH_DP,
-         WIDTH + "[algorithms.BAD]\nwidths_by_batch_size = {1 = 4, 8 = 2}\n", {"bad": starting("forward_batch_generation(self, batch, **kwargs)")},
+         WIDTH + "[algorithms.BAD]\nwidths_by_batch_size = {1 = 4, 8 = 2}\n", {"bad": "startable"},
          start=dict(FLAGS, attn_dp_size=2, tp_size=2), since="0.5.23"),
     # --- plugin code that misbehaves: still the plugin's fault, by name (issue 24) ---
     Case("widths answer whose items() raises", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: reading what sgl_spec_widths_by_batch_size\(num_draft_tokens=8, is_draft_worker=False\) returned \(a bad_mod.Widths\) raised RuntimeError: no items",
-         WIDTH, {"bad": with_hook(simple_plugin("BAD", widths="Widths({1: 2})"), "class Widths(dict):\n    def items(self):\n        raise RuntimeError('no items')\n")}, ndt=8),
+         WIDTH, {"bad": "widths_answer_whose_items_raises"}, ndt=8),
     Case("widths answer whose iteration raises", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: reading what sgl_spec_widths_by_batch_size\(num_draft_tokens=8, is_draft_worker=False\) returned \(a bad_mod.Widths\) raised RuntimeError: no iter",
-         WIDTH, {"bad": with_hook(simple_plugin("BAD", widths="Widths()"), "import collections.abc\nclass Widths(collections.abc.Mapping):\n    def __getitem__(self, key):\n        return 2\n    def __len__(self):\n        return 1\n    def __iter__(self):\n        raise RuntimeError('no iter')\n")}, ndt=8),
+         WIDTH, {"bad": "widths_answer_whose_iteration_raises"}, ndt=8),
     Case("width hook raises what cannot be shown", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: sgl_spec_verify_width\(num_draft_tokens=8, is_draft_worker=False\) raised Weird \(its message cannot be shown: str\(\) of it raised ValueError: bad str\)",
-         WIDTH, {"bad": with_hook(simple_plugin("BAD", width="fail()"), WEIRD + "def fail():\n    raise Weird()\n")}, ndt=8),
+         WIDTH, {"bad": "width_hook_raises_what_cannot_be_shown"}, ndt=8),
     Case("import raises what cannot be shown", r"plugin 'bad' \(bad-drafter==1.0\): cannot import bad_mod: Weird \(its message cannot be shown: str\(\) of it raised ValueError: bad str\)", BAD,
-         {"bad": WEIRD + "raise Weird()\n"}),
+         {"bad": "import_raises_weird"}),
     # --- settings that went silent (issue 24) ---
     Case("typo in a table name beside an unreadable plugin", r"\A{cfg}: \[algorithms.SDB\]: unknown algorithm; no installed plugin offers it \(did you mean SBD, offered by 'sbd'\?\); the source of 'other' \(installed, not loaded\) cannot be read \(no module other_missing_mod\): if 'other' offers SDB, name it with plugin = \"other\"",
-         "[plugins]\nenable = ['sbd']\n[algorithms.SDB]\nverify_width = 4\n", {"other": offers("OTHER")}, targets={"other": "other_missing_mod"}),
+         "[plugins]\nenable = ['sbd']\n[algorithms.SDB]\nverify_width = 4\n", {"other": "typo_in_a_table_name_beside_an_unreadable_plugin"}, targets={"other": "other_missing_mod"}),
     Case("verify_width zero beside widths by batch", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: sgl_spec_verify_width\(num_draft_tokens=4, is_draft_worker=False\) returned 0; it must be an int from 1 to the maximum width 8",
          WIDTH + "[algorithms.BAD]\nmax_tokens_per_req = 8\nverify_width = 0\nwidths_by_batch_size = {1 = 4, 8 = 2}\n",
-         {"bad": simple_plugin("BAD", width="settings.get('verify_width', num_draft_tokens)")}, ndt=4),
+         {"bad": "width_from_settings"}, ndt=4),
     Case("verify_width a string beside widths by batch", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: sgl_spec_verify_width\(num_draft_tokens=4, is_draft_worker=False\) returned 'three', a str, not an int",
          WIDTH + "[algorithms.BAD]\nmax_tokens_per_req = 8\nverify_width = 'three'\nwidths_by_batch_size = {1 = 4, 8 = 2}\n",
-         {"bad": simple_plugin("BAD", width="settings.get('verify_width', num_draft_tokens)")}, ndt=4),
+         {"bad": "width_from_settings"}, ndt=4),
     Case("validator returns False", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: validate_server_args returned False; SGLang ignores what a validator returns: return None to accept the arguments, or raise ValueError saying what to change",
-         WIDTH, {"bad": starting("forward_batch_generation(self, batch, **kwargs)", validator="return False")}, start=FLAGS),
+         WIDTH, {"bad": "validator_returns_false"}, start=FLAGS),
     # --- found only after the weights loaded, now while SGLang resolves its arguments (issue 24) ---
     Case("prompt lookup n-grams reversed beside widths by batch", r"plugin 'prompt_lookup' \(sglang-spec-example-prompt-lookup==0.1.0\): algorithm PROMPT_LOOKUP: sgl_spec_verify_width\(num_draft_tokens=4, is_draft_worker=False\) raised ValueError: \[algorithms.PROMPT_LOOKUP\] min_ngram = 2 is above max_ngram = 1",
          "[plugins]\nenable = ['prompt_lookup']\n[algorithms.PROMPT_LOOKUP]\nmax_tokens_per_req = 4\nmax_ngram = 1\nmin_ngram = 2\nwidths_by_batch_size = {1 = 4, 8 = 2}\n",
@@ -535,10 +480,10 @@ CASES = [
          "[plugins]\nenable = ['prompt_lookup']\n[algorithms.PROMPT_LOOKUP]\nmax_tokens_per_req = 4\nmax_ngram = 0\nwidths_by_batch_size = {1 = 4, 8 = 2}\n",
          ndt=4, algorithm="PROMPT_LOOKUP"),
     Case("worker init_cuda_graphs is None", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: Worker.init_cuda_graphs is None, not a method, but SGLang [0-9.post]+ calls it on every speculative worker \(managers/scheduler.py:\d+\)",
-         WIDTH, {"bad": starting("forward_batch_generation(self, batch, **kwargs)", member="init_cuda_graphs = None")}, start=FLAGS,
+         WIDTH, {"bad": "worker_init_cuda_graphs_is_none"}, start=FLAGS,
          since="0.5.14"),
     Case("worker forward is async", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: Worker.forward_batch_generation is a coroutine function \(async def\): SGLang [0-9.post]+ calls it and uses what it returns, which would be a coroutine object; make it a plain def",
-         WIDTH, {"bad": starting("async def forward_batch_generation(self, batch, **kwargs)")}, start=FLAGS),
+         WIDTH, {"bad": "worker_forward_is_async"}, start=FLAGS),
 ]
 
 
@@ -591,8 +536,8 @@ def check_flags(case: Case) -> List[str]:
 def prepare(case: Case, root: Path, site) -> Dict[str, str]:
     """Install the case's distributions into ``site``, write its files under
     ``root`` (the working directory) and return the environment it runs with."""
-    for name, source in case.dists.items():
-        site.add(f"{name}-drafter", {name: case.targets.get(name, f"{name}_mod")}, {f"{name}_mod": source})
+    for name, file in case.dists.items():
+        site.add(f"{name}-drafter", {name: case.targets.get(name, f"{name}_mod")}, {f"{name}_mod": bad_plugin(file)})
     env = dict(case.env)
     if case.setup is not None:
         env.update(case.setup(root))

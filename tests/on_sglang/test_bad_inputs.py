@@ -14,7 +14,7 @@ import pytest
 from importlib import metadata
 from packaging.version import Version
 
-from bad_inputs import BAD, CASES, SKIPPING, WEIRD, Case, check_flags, expected, offers, plugin, prepare, resolve_server_args, with_hook
+from bad_inputs import BAD, CASES, SKIPPING, Case, check_flags, expected, prepare, resolve_server_args
 from sglang_spec_plugins.testing.cpu import reset_plugin_state, run_sglang_plugin_loading
 from sglang_spec_plugins import cli
 from patch_state import assert_unchanged, assert_untouched, importable_targets, plugin_algorithms, snapshot
@@ -161,24 +161,23 @@ def test_cli_reports_it_without_a_traceback(case, command, site, tmp_path):
 
 # --- on_error = "skip": exactly the faulty plugin goes, all of it ---
 
-SKIP_CASES = {
-    "draft hook raises for its own algorithm": with_hook(offers(), "@hookimpl\ndef sgl_spec_draft_may_verify(algorithm):\n    raise RuntimeError('x')\n"),
-    "draft hook answers for every algorithm": with_hook(offers(), "@hookimpl\ndef sgl_spec_draft_may_verify():\n    return True\n"),
-    "width hook raises for other algorithms": with_hook(offers(), "@hookimpl\ndef sgl_spec_verify_width(algorithm):\n    return {'BAD': 4}[algorithm]\n"),
-    "exits at import": "import sys\nsys.exit(3)\n",
-    "pytest.skip at import": "import pytest\npytest.skip('needs a GPU', allow_module_level=True)\n",
-    "BaseException from a hook": with_hook(offers(), "class Stop(BaseException):\n    pass\n@hookimpl\ndef sgl_spec_draft_may_verify(algorithm):\n    raise Stop('x')\n"),
-    "wrapper": with_hook(offers(), "@hookimpl(wrapper=True)\ndef sgl_spec_verify_width():\n    return (yield)\n"),
-    "draft hook raises what cannot be shown": with_hook(offers(), WEIRD + "@hookimpl\ndef sgl_spec_draft_may_verify(algorithm):\n    raise Weird()\n"),
-    "import raises what cannot be shown": WEIRD + "raise Weird()\n",
-    "algorithms whose iteration raises": plugin("class Specs(list):\n    def __iter__(self):\n        raise RuntimeError('no iter')\n"
-                                                "@hookimpl\ndef sgl_spec_algorithms():\n    return Specs()\n"),
+SKIP_CASES = {  # what the faulty plugin does -> its file, bad_plugins/<file>.py
+    "draft hook raises for its own algorithm": "draft_hook_raises_for_its_own_algorithm",
+    "draft hook answers for every algorithm": "draft_answers_for_every_algorithm",
+    "width hook raises for other algorithms": "width_hook_raises_for_other_algorithms",
+    "exits at import": "exits_at_import",
+    "pytest.skip at import": "skips_at_import",
+    "BaseException from a hook": "baseexception_from_a_hook",
+    "wrapper": "new_style_wrapper",
+    "draft hook raises what cannot be shown": "draft_hook_raises_what_cannot_be_shown",
+    "import raises what cannot be shown": "import_raises_weird",
+    "algorithms whose iteration raises": "algorithms_whose_iteration_raises",
 }
 
 
-@pytest.mark.parametrize("source", SKIP_CASES.values(), ids=list(SKIP_CASES))
-def test_skip_drops_exactly_the_faulty_plugin(source, case_env, caplog):
-    case_env(Case("skip", "", SKIPPING, {"bad": source}))
+@pytest.mark.parametrize("file", SKIP_CASES.values(), ids=list(SKIP_CASES))
+def test_skip_drops_exactly_the_faulty_plugin(file, case_env, caplog):
+    case_env(Case("skip", "", SKIPPING, {"bad": file}))
     run_sglang_plugin_loading()
     assert plugin_algorithms() == ["DFLASH_BLOCK", "SBD"]
     assert re.search(r"skipped plugin bad \(on_error = \"skip\"\): plugin 'bad' \(bad-drafter==1.0\)", caplog.text)
@@ -188,10 +187,10 @@ def test_skip_drops_exactly_the_faulty_plugin(source, case_env, caplog):
     assert loader.load().plugins.pm.get_plugin("bad") is None
 
 
-@pytest.mark.parametrize("source", SKIP_CASES.values(), ids=list(SKIP_CASES))
-def test_doctor_shows_what_skip_registers(source, case_env, capsys):
+@pytest.mark.parametrize("file", SKIP_CASES.values(), ids=list(SKIP_CASES))
+def test_doctor_shows_what_skip_registers(file, case_env, capsys):
     """doctor says what the loader registers under skip, and names the skipped plugin."""
-    case_env(Case("skip", "", SKIPPING, {"bad": source}))
+    case_env(Case("skip", "", SKIPPING, {"bad": file}))
     assert cli.main(["doctor", "--json"]) == 1
     report = json.loads(capsys.readouterr().out)
     assert report["would_register"] == ["DFLASH_BLOCK", "SBD"]
@@ -202,14 +201,13 @@ def test_doctor_shows_what_skip_registers(source, case_env, capsys):
 
 
 def test_skip_with_every_plugin_faulty_patches_nothing(case_env, patch_targets):
-    bad = with_hook(offers(), "@hookimpl\ndef sgl_spec_draft_may_verify(algorithm):\n    raise RuntimeError('x')\n")
-    case_env(Case("all bad", "", "[plugins]\nenable = ['bad']\non_error = 'skip'\n", {"bad": bad}))
+    case_env(Case("all bad", "", "[plugins]\nenable = ['bad']\non_error = 'skip'\n", {"bad": "draft_hook_raises_for_its_own_algorithm"}))
     run_sglang_plugin_loading()
     assert_untouched(patch_targets)
 
 
 def test_skip_drops_both_claimants_of_one_name(case_env):
-    case_env(Case("collision", "", SKIPPING.replace("'bad'", "'sbd'"), {"sbd": offers("SBD2")}))
+    case_env(Case("collision", "", SKIPPING.replace("'bad'", "'sbd'"), {"sbd": "offers_sbd2"}))
     run_sglang_plugin_loading()
     assert plugin_algorithms() == ["DFLASH_BLOCK"]
 

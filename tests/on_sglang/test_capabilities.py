@@ -2,14 +2,16 @@
 ask them; elsewhere the loader says they have no effect; the rest keep
 SGLang's default."""
 
+import textwrap
+
 import pytest
 
-from bad_inputs import plugin
+from dists import PLUGIN_HEADER
 from sglang_spec_plugins.capabilities import CAPABILITIES
 
 DECLARED = {name: not capability.default for name, capability in CAPABILITIES.items()}
 
-DRAFTER = plugin(f"""
+DRAFTER = PLUGIN_HEADER + textwrap.dedent(f"""
     class Worker:
         pass
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from bad_inputs import FLAGS, WIDTH, starting
+from bad_inputs import FLAGS, WIDTH, bad_plugin
 from dists import simple_plugin
 
 # slow: the main run (0.5.23) runs it; on the other releases what plugin code may do is handled by the loader, not by SGLang: tests/test_plugins.py and test_bad_inputs run on every release
@@ -81,10 +81,7 @@ def assert_named_without_traceback(out, message, status):
 def test_a_keyboard_interrupt_from_plugin_code_stops_naming_it(bad, tmp_path, where):
     """It is not a fault to collect or skip (it may be the operator's Ctrl-C): the run stops at once, status
     130, saying which plugin's code was interrupted."""
-    raise_it = "raise KeyboardInterrupt"
-    source = starting("forward_batch_generation(self, batch, **kwargs)",
-                      **({"validator": raise_it} if where == "validator" else {"factory": raise_it}))
-    env = bad(source)
+    env = bad(bad_plugin(f"{where}_interrupted"))
     call = "validate_server_args" if where == "validator" else "worker_factory"
     message = f"{BAD}: algorithm BAD: {call} was interrupted (KeyboardInterrupt)"
     assert_named_without_traceback(run(cli(*check_args(), "--single-process"), env, tmp_path), message, 130)
@@ -96,7 +93,7 @@ def test_a_keyboard_interrupt_from_plugin_code_stops_naming_it(bad, tmp_path, wh
 def test_output_on_the_real_stdout_at_import_leaves_the_reports_intact(bad, tmp_path):
     loud = ("import os, sys\nos.write(1, b'written to fd 1\\n')\nsys.__stdout__.write('written to sys.__stdout__\\n')\n"
             "sys.__stdout__.flush()\n")
-    env = bad(loud + starting("forward_batch_generation(self, batch, **kwargs)"))
+    env = bad(loud + bad_plugin("startable"))
     listed = run(cli("list", "--json"), env, tmp_path)
     assert listed.returncode == 0 and json.loads(listed.stdout)["algorithms"]["BAD"]["plugin"] == "bad", listed.stdout
     checked = run(cli(*check_args(), "--json"), env, tmp_path)

@@ -1,0 +1,7 @@
+from sglang_spec_plugins import AlgorithmSpec, hookimpl
+import sys
+
+
+@hookimpl
+def sgl_spec_algorithms():
+    sys.exit(2)

@@ -1,0 +1,20 @@
+from sglang_spec_plugins import AlgorithmSpec, hookimpl
+
+
+class Worker:
+    pass
+
+
+@hookimpl
+def sgl_spec_algorithms():
+    return [AlgorithmSpec(name="BAD", worker_factory=lambda server_args: Worker, supports_overlap=True)]
+
+
+class Weird(Exception):
+    def __str__(self):
+        raise ValueError("bad str")
+
+
+@hookimpl
+def sgl_spec_draft_may_verify(algorithm):
+    raise Weird()

@@ -1,0 +1,6 @@
+class Weird(Exception):
+    def __str__(self):
+        raise ValueError("bad str")
+
+
+raise Weird()

@@ -1,0 +1,1 @@
+raise ImportError("imported although the config is broken")

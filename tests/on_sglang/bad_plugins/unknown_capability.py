@@ -1,0 +1,6 @@
+from sglang_spec_plugins import AlgorithmSpec, hookimpl
+
+
+@hookimpl
+def sgl_spec_algorithms():
+    return [AlgorithmSpec("X", lambda a: object, capabilities={"supports_ragged_verify": True})]

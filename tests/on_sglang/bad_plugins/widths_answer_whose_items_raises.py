@@ -1,0 +1,20 @@
+from sglang_spec_plugins import AlgorithmSpec, hookimpl
+
+
+class Worker:
+    pass
+
+
+@hookimpl
+def sgl_spec_algorithms():
+    return [AlgorithmSpec(name="BAD", worker_factory=lambda server_args: Worker)]
+
+
+@hookimpl
+def sgl_spec_widths_by_batch_size(algorithm, num_draft_tokens, is_draft_worker, settings):
+    return Widths({1: 2}) if algorithm == "BAD" else None
+
+
+class Widths(dict):
+    def items(self):
+        raise RuntimeError("no items")

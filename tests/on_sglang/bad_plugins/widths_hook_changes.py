@@ -1,0 +1,17 @@
+from sglang_spec_plugins import AlgorithmSpec, hookimpl
+
+
+class Worker:
+    pass
+
+
+@hookimpl
+def sgl_spec_algorithms():
+    return [AlgorithmSpec(name="BAD", worker_factory=lambda server_args: Worker)]
+
+
+@hookimpl
+def sgl_spec_widths_by_batch_size(algorithm, num_draft_tokens, is_draft_worker, settings):
+    if algorithm != "BAD":
+        return None
+    return {1: __import__("itertools").count(1).__next__() + __import__("random").randrange(10**5)}
