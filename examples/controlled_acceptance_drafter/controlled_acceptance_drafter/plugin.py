@@ -65,10 +65,6 @@ def load_continuations(path: str):
     return data
 
 
-def _validate(server_args):
-    release_check(ALGORITHM, server_args)
-
-
 def _worker_factory(server_args):
     from .worker import ControlledAcceptanceWorker  # imports SGLang: only ever called inside SGLang's processes
 
@@ -79,7 +75,7 @@ def _worker_factory(server_args):
 def sgl_spec_algorithms():
     # the release check is PROMPT_LOOKUP's (it drives SGLang's V2 schema, 0.5.14+)
     return [AlgorithmSpec(name=ALGORITHM, worker_factory=_worker_factory, supports_overlap=False,
-                          validate_server_args=_validate, capabilities={"has_draft_kv": False})]
+                          validate_server_args=release_check(ALGORITHM), capabilities={"has_draft_kv": False})]
 
 
 @hookimpl

@@ -55,28 +55,29 @@ def _worker_factory(server_args):
     return PromptLookupWorker
 
 
-def release_check(algorithm: str, server_args) -> None:
-    """Refuse, while SGLang resolves its arguments (before any weight loads), a
-    release whose scheduler does not drive plugin workers on the V2 schema, naming
-    ``algorithm`` (a worker built on this one's). The release is read off its
-    installed source: nothing is imported."""
-    from sglang_spec_plugins.worker import contract
+def release_check(algorithm: str):
+    """The ``validate_server_args`` of ``algorithm`` (this one, or one whose worker is
+    built on this one's): it refuses, while SGLang resolves its arguments (before any
+    weight loads), a release whose scheduler does not drive plugin workers on the V2
+    schema, naming ``algorithm``. The release is read off its installed source:
+    nothing is imported."""
 
-    found = contract()
-    if found.release is not None and found.non_overlap_schema != "v2-sync":
-        raise ValueError(f"{algorithm} drives SGLang's V2 speculative schema (SGLang 0.5.14+); SGLang "
-                         f"{found.release} runs synchronous plugin workers on {found.non_overlap_schema!r}")
+    def validate(server_args) -> None:
+        from sglang_spec_plugins.worker import contract
 
+        found = contract()
+        if found.release is not None and found.non_overlap_schema != "v2-sync":
+            raise ValueError(f"{algorithm} drives SGLang's V2 speculative schema (SGLang 0.5.14+); SGLang "
+                             f"{found.release} runs synchronous plugin workers on {found.non_overlap_schema!r}")
 
-def _validate(server_args):
-    release_check(ALGORITHM, server_args)
+    return validate
 
 
 @hookimpl
 def sgl_spec_algorithms():
     # has_draft_kv=False: no draft model, so no draft KV to size or transfer (SGLang's answer for NGRAM)
     return [AlgorithmSpec(name=ALGORITHM, worker_factory=_worker_factory, supports_overlap=False,
-                          validate_server_args=_validate, capabilities={"has_draft_kv": False})]
+                          validate_server_args=release_check(ALGORITHM), capabilities={"has_draft_kv": False})]
 
 
 @hookimpl

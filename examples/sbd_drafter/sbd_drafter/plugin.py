@@ -63,7 +63,7 @@ def _validate(server_args):
     """PROMPT_LOOKUP's release check (SGLang 0.5.14+), then the mask token against the
     target's vocabulary where its ``config.json`` is in a local ``--model-path``
     (before any weight loads; otherwise the worker checks it when it is built)."""
-    release_check(ALGORITHM, server_args)
+    release_check(ALGORITHM)(server_args)
     from sglang_spec_plugins.worker import policy_for, target_vocab_size
 
     vocab = target_vocab_size(server_args)
