@@ -1,22 +1,27 @@
 """Soak: thousands of mixed requests through a real ``sglang.Engine`` and through SGLang's HTTP server
-serving PROMPT_LOOKUP, on one GPU, against the plain engine's outputs request by request.
+serving a plugin drafter, on one GPU, against the plain engine's outputs request by request.
 
 usage (on the H200, under run.sh's environment; ``tools/gpu/engine/run.sh setup soak``):
     python3 soak.py coordinate --out DIR [--requests 2000] [--http-requests 2000] [--seed 0] [--budget 430]
                                [--max-total-tokens 8192] [--concurrency 128] [--cuda-graph]
+                               [--algorithm PROMPT_LOOKUP | --algorithm DFLASH_BLOCK --draft DRAFT_DIR]
+
+The target is ``$ENGINE_MODEL`` (run.sh: ``$SOAK_MODEL``, default the tiny Llama). ``--algorithm``: the
+drafter, PROMPT_LOOKUP (model-free) or DFLASH_BLOCK (the example drafter with its own DFlash-layout draft
+model from ``--draft``, verifying the full block).
 
 The request set is ``sglang_spec_plugins.testing.soak.mixed_requests`` (prompts of our own: 8 to 1,024
-tokens, 1 to 256 new tokens, EOS ignored; ~5% that PROMPT_LOOKUP refuses per request: temperature 0.8 or
+tokens, 1 to 256 new tokens, EOS ignored; ~5% that the drafter refuses per request: temperature 0.8 or
 ``return_logprob``; ~5% streamed and aborted by the client after 1 to 6 outputs). The coordinator starts
 three processes at once (flashinfer's JIT builds under a file lock, so they share one compilation):
 
 * ``engine plain``: ``sglang.Engine`` without speculative decoding; serves the greedy requests; then, once
   the other two have written their outcomes, asks itself for the two most likely tokens at every point
   where a speculative run's greedy output left its own (``margins.margin``: a near-tie or not);
-* ``engine spec``: ``sglang.Engine`` with ``--speculative-algorithm PROMPT_LOOKUP
-  --speculative-num-draft-tokens 4 --disable-overlap-schedule`` and ``engine/plugins_widths.toml`` (widths
-  by batch size ``{1 = 4, 8 = 2}``); every request, through ``async_generate``, at most ``--concurrency``
-  in flight; aborts through the tokenizer manager's ``abort_request``;
+* ``engine spec``: ``sglang.Engine`` with ``--speculative-algorithm ALGORITHM
+  --speculative-num-draft-tokens 4 --disable-overlap-schedule`` and the drafter's plugins.toml (``DRAFTERS``:
+  PROMPT_LOOKUP with widths by batch size ``{1 = 4, 8 = 2}``); every request, through ``async_generate``,
+  at most ``--concurrency`` in flight; aborts through the tokenizer manager's ``abort_request``;
 * ``http``: ``python3 -m sglang.launch_server`` with the same flags and a client of threads here (stdlib
   ``http.client``): ``POST /generate``, aborts by closing the connection mid-stream (a client that goes
   away).
@@ -54,9 +59,15 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ENGINE_DIR = HERE / "engine"
-ALGORITHM, NDT = "PROMPT_LOOKUP", 4
-PLUGINS_TOML = ENGINE_DIR / "plugins_widths.toml"
-REFUSAL = f"{ALGORITHM} speculative decoding serves greedy requests only; this one asks for "
+DRAFTERS = {"PROMPT_LOOKUP": ENGINE_DIR / "plugins_widths.toml", "DFLASH_BLOCK": ENGINE_DIR / "plugins_draft.toml"}
+"""The drafters a soak serves (``--algorithm``) and the plugins.toml each runs with: PROMPT_LOOKUP with
+widths by batch size, DFLASH_BLOCK (a draft model, ``--draft``) at the full block."""
+NDT = 4
+
+
+def refusal(algorithm: str) -> str:
+    """How the plugin's per-request refusal starts (``engine.greedy_step.greedy_refusal``)."""
+    return f"{algorithm} speculative decoding serves greedy requests only; this one asks for "
 PHASES = ("plain", "spec", "http")
 MAX_MARGINS = 60
 """Divergences measured per phase (the first ones, by request order)."""
@@ -78,7 +89,9 @@ def engine_kwargs(args, spec: bool) -> dict:
     if not args.cuda_graph:
         kwargs["disable_cuda_graph"] = True
     if spec:
-        kwargs.update(speculative_algorithm=ALGORITHM, speculative_num_draft_tokens=NDT)
+        kwargs.update(speculative_algorithm=args.algorithm, speculative_num_draft_tokens=NDT)
+        if args.draft:
+            kwargs["speculative_draft_model_path"] = args.draft
     known = set(inspect.signature(ServerArgs).parameters)
     return {name: value for name, value in kwargs.items() if name in known}
 
@@ -188,7 +201,7 @@ async def measure_margins(engine, args, plain: dict) -> dict:
             found[phase] = {"skipped": "no outcomes before the budget ran out"}
             continue
         await asyncio.sleep(1)  # written whole: the writer renames a complete file into place
-        divergent = verdict(batch, read_outcomes(path), REFUSAL, {rid: o["output_ids"] for rid, o in plain.items()})["divergent"]
+        divergent = verdict(batch, read_outcomes(path), refusal(args.algorithm), {rid: o["output_ids"] for rid, o in plain.items()})["divergent"]
         rows = []
         for d in divergent[:MAX_MARGINS]:
             prompt = list(by_rid[d["rid"]].input_ids) + plain[d["rid"]]["output_ids"][:d["at"]]
@@ -252,7 +265,7 @@ def run_http(args) -> None:
     port = 31000 + os.getpid() % 1000
     record = {"phase": "http", "ok": False, "port": port}
     log = open(Path(os.environ.get("SOAK_LOGS", "/tmp/engine-logs")) / "soak_http_server.log", "w")
-    env = dict(os.environ, SGLANG_SPEC_PLUGINS_CONFIG=str(PLUGINS_TOML))
+    env = dict(os.environ, SGLANG_SPEC_PLUGINS_CONFIG=str(DRAFTERS[args.algorithm]))
     server = subprocess.Popen([sys.executable, "-m", "sglang.launch_server", *server_flags(engine_kwargs(args, spec=True)),
                                "--host", "127.0.0.1", "--port", str(port)], stdout=log, stderr=subprocess.STDOUT,
                               env=env, start_new_session=True)
@@ -334,13 +347,14 @@ def coordinate(args) -> int:
                                                         "started": t0}, indent=1))
     common = ["--out", str(args.out), "--requests", str(args.requests), "--http-requests", str(args.http_requests),
               "--seed", str(args.seed), "--max-total-tokens", str(args.max_total_tokens), "--concurrency",
-              str(args.concurrency), "--stop-at", str(stop_at), *(["--cuda-graph"] if args.cuda_graph else [])]
+              str(args.concurrency), "--stop-at", str(stop_at), *(["--cuda-graph"] if args.cuda_graph else []),
+              "--algorithm", args.algorithm, *(["--draft", args.draft] if args.draft else [])]
     env = dict(os.environ, SOAK_LOGS=str(logs), **STRICT_POOL_CHECKS)
     env.pop("SGLANG_SPEC_PLUGINS_CONFIG", None)
     children = {}
     for phase, command in (("plain", ["engine", "plain"]), ("spec", ["engine", "spec"]), ("http", ["http"])):
         # the plain engine is SGLang alone: SGLANG_PLUGINS names no installed plugin, so the loader never runs
-        child_env = dict(env, SGLANG_SPEC_PLUGINS_CONFIG=str(PLUGINS_TOML)) if phase != "plain" else dict(env, SGLANG_PLUGINS=NO_PLUGIN)
+        child_env = dict(env, SGLANG_SPEC_PLUGINS_CONFIG=str(DRAFTERS[args.algorithm])) if phase != "plain" else dict(env, SGLANG_PLUGINS=NO_PLUGIN)
         children[phase] = subprocess.Popen([sys.executable, __file__, *command, *common], env=child_env, cwd="/tmp",
                                            stdout=open(logs / f"soak_{phase}.log", "w"), stderr=subprocess.STDOUT,
                                            start_new_session=True)
@@ -368,7 +382,7 @@ def coordinate(args) -> int:
             planned = [r for r in (batch[:args.http_requests] if phase == "http" else batch)
                        if phase != "plain" or r.kind == "greedy"]
             served = [r for r in planned if r.rid in sent]
-            found = verdict(served, sent, REFUSAL, plain if phase != "plain" else None)
+            found = verdict(served, sent, refusal(args.algorithm), plain if phase != "plain" else None)
             entry["verdict"] = found
             entry["tokens_per_s"] = round(found["tokens"] / record["wall_s"], 1) if record.get("wall_s") else None
         problems = list(entry.get("verdict", {}).get("problems", ["no outcomes"]))
@@ -423,7 +437,11 @@ def main() -> int:
     parser.add_argument("--max-total-tokens", type=int, default=8192)
     parser.add_argument("--concurrency", type=int, default=128)
     parser.add_argument("--cuda-graph", action="store_true")
+    parser.add_argument("--algorithm", choices=DRAFTERS, default="PROMPT_LOOKUP")
+    parser.add_argument("--draft", help="the draft model's folder (DFLASH_BLOCK: a DFlash-layout draft with weights)")
     args = parser.parse_args()
+    if (args.algorithm == "DFLASH_BLOCK") != bool(args.draft):
+        parser.error("--draft goes with --algorithm DFLASH_BLOCK, and only with it")
     if args.role == "coordinate":
         return coordinate(args)
     if args.role == "http":

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the H200 machine, from the root of the tree a device call sent (carry: .e2e, built by site.sh):
 #   tools/gpu/engine/run.sh PHASE...      phases: setup single flashinfer triton deterministic precision widths
-#                                         draft draft_accepting drafts draft_speed tp margins soak
+#                                         draft draft_accepting drafts draft_speed sbd tp margins soak
 # setup   unpack .e2e/site.tar.xz to /tmp/site, install .e2e/wheels to /tmp/site-proj, write the model
 # single  two queues of engines at once, one per GPU (GPU 0: triton, GPU 1: flashinfer; on a one-GPU
 #         machine both on GPU 0, one after the other): plain decoding, PROMPT_LOOKUP below and at ndt,
@@ -24,16 +24,20 @@
 #         (make_model.py --favoured / --accepting): drafts accepted, tokens per verify step > 1
 # drafts  draft and draft_accepting at once (four engines at a time on GPU 0; nothing is timed)
 # drafts_soak  drafts and soak at once (the soak's tokens/s then come from a shared GPU); DRAFTS="da": only
-#         draft_accepting's engines
+#         draft_accepting's engines, DRAFTS="da sbd": those and sbd's
 # draft_speed  a Llama-3-8B-shaped target and a two-layer draft, both dummy weights, blocks of 16, graphs on,
 #         timed at batches 1, 8, 32, 64: plain, native DFLASH, DFLASH_BLOCK at W = B = 16 and at W = 4; one
 #         engine at a time. compare.py: DFLASH_BLOCK's tokens/s against native DFLASH's, W = 4 against W = 16
+# sbd     the SBD example (the target predicts a masked block; worker-chosen widths per step,
+#         plugins_sbd.toml) on the favoured tiny target, flashinfer, graphs on and off, batches 1, 8, 32, 64,
+#         and plain decoding; two engines at a time on GPU 0 (nothing is timed)
 # tp      tensor parallelism 2 on GPUs 0 and 1
 # margins how close each divergence of results/engine/divergences.json was (MARGINS=flashinfer: one backend)
 # soak    tools/gpu/soak.py: 2,000 mixed requests (mixed lengths, ~5% refused, ~5% aborted mid-stream, a KV
 #         pool small enough that SGLang retracts) through sglang.Engine with PROMPT_LOOKUP, and through SGLang's
 #         HTTP server, against the plain engine's outputs request by request; the three processes at once on
-#         GPU 0, done within SOAK_BUDGET seconds (default 430); results in $OUT/soak/ (summary.json)
+#         GPU 0, done within SOAK_BUDGET seconds (default 430); results in $OUT/soak/ (summary.json); SOAK_MODEL:
+#         the target (default the tiny Llama), SOAK_ARGS: soak.py's flags (--algorithm DFLASH_BLOCK --draft DIR)
 # $OUT gets: engines.jsonl (one line per engine), timeline.txt, logs.tar.xz, and the JIT caches.
 set -u
 T0=$(date +%s); E=$PWD/.e2e; H=$PWD/tools/gpu/engine
@@ -150,9 +154,10 @@ draft_checks() {
   engine 0 ${p}_part_cg $DRAFT_W2 -- $on --spec DFLASH_BLOCK $spec &
   engine 0 ${p}_part_nocg $DRAFT_W2 -- $on --spec DFLASH_BLOCK $spec --no-cuda-graph & wait
 }
-# draft_phase dm|da: the draft phase on dummy weights, or draft_accepting's
+# draft_phase dm|da|sbd: the draft phase on dummy weights, draft_accepting's, or sbd's
 draft_phase() {
-  case $1 in dm) draft_checks dm $ENGINE_MODEL /tmp/draft-dummy ;; da) draft_checks da /tmp/tiny-favoured /tmp/draft-accepting ;; esac
+  case $1 in dm) draft_checks dm $ENGINE_MODEL /tmp/draft-dummy ;; da) draft_checks da /tmp/tiny-favoured /tmp/draft-accepting ;;
+    sbd) sbd_runs ;; esac
 }
 draft_speed_runs() {
   local on="--backend flashinfer --model /tmp/llama8b --batches 1,8,32,64 --new-tokens 32 --timing"
@@ -163,9 +168,15 @@ draft_speed_runs() {
   engine 0 ds_part_cg $DRAFT_W4 -- $on --spec DFLASH_BLOCK $spec
 }
 soak_run() {
-  (cd /tmp && SOAK_LOGS=/tmp/engine-logs timeout -k 5 $(( ${SOAK_BUDGET:-430} + 20 )) python3 $H/../soak.py coordinate \
+  (cd /tmp && ENGINE_MODEL=${SOAK_MODEL:-$ENGINE_MODEL} SOAK_LOGS=/tmp/engine-logs timeout -k 5 $(( ${SOAK_BUDGET:-430} + 20 )) python3 $H/../soak.py coordinate \
      --out "$OUT/soak" --budget ${SOAK_BUDGET:-430} ${SOAK_ARGS:-} > /tmp/engine-logs/soak.log 2>&1)
   tl "soak rc=$?"; tail -25 /tmp/engine-logs/soak.log
+}
+SBD=SGLANG_SPEC_PLUGINS_CONFIG=$H/plugins_sbd.toml
+sbd_runs() {
+  local on="--backend flashinfer --model /tmp/tiny-favoured --batches 1,8,32,64"
+  engine 0 sbd_base_cg -- $on & engine 0 sbd_base_nocg -- $on --no-cuda-graph & wait
+  engine 0 sbd_sbd_cg $SBD -- $on --spec SBD --ndt 8 & engine 0 sbd_sbd_nocg $SBD -- $on --spec SBD --ndt 8 --no-cuda-graph & wait
 }
 tp_runs() {
   engine 0,1 tp2_fi_pl_below_cg $BELOW -- --backend flashinfer $PL --tp 2 --batches 1,8
@@ -190,6 +201,7 @@ for phase in "$@"; do
     draft_accepting) draft_checks da /tmp/tiny-favoured /tmp/draft-accepting ;;
     drafts) draft_checks dm $ENGINE_MODEL /tmp/draft-dummy & draft_checks da /tmp/tiny-favoured /tmp/draft-accepting & wait ;;
     draft_speed) draft_speed_runs ;;
+    sbd) sbd_runs ;;
     tp) tp_runs ;;
     soak) soak_run ;;
     drafts_soak)  # nothing here is timed against anything else: they share the GPU
