@@ -27,7 +27,8 @@
 #         draft_accepting's engines, DRAFTS="da sbd": those and sbd's
 # draft_speed  a Llama-3-8B-shaped target and a two-layer draft, both dummy weights, blocks of 16, graphs on,
 #         timed at batches 1, 8, 32, 64: plain, native DFLASH, DFLASH_BLOCK at W = B = 16 and at W = 4; one
-#         engine at a time. compare.py: DFLASH_BLOCK's tokens/s against native DFLASH's, W = 4 against W = 16
+#         engine at a time (DRAFT_SPEED: which of "base native block part", in that order). compare.py:
+#         DFLASH_BLOCK's tokens/s against native DFLASH's, W = 4 against W = 16
 # sbd     the SBD example (the target predicts a masked block; worker-chosen widths per step,
 #         plugins_sbd.toml) on the favoured tiny target, flashinfer, graphs on and off, batches 1, 8, 32, 64,
 #         and plain decoding; two engines at a time on GPU 0 (nothing is timed)
@@ -162,15 +163,18 @@ draft_phase() {
 draft_speed_runs() {
   local on="--backend flashinfer --model /tmp/llama8b --batches 1,8,32,64 --new-tokens 32 --timing"
   local spec="--ndt 16 --draft /tmp/draft8b"
-  engine 0 ds_base_cg -- $on
-  engine 0 ds_native_cg -- $on --spec DFLASH $spec
-  engine 0 ds_block_cg $DRAFT -- $on --spec DFLASH_BLOCK $spec
-  engine 0 ds_part_cg $DRAFT_W4 -- $on --spec DFLASH_BLOCK $spec
+  for which in ${DRAFT_SPEED:-base native block part}; do case $which in
+    base) engine 0 ds_base_cg -- $on ;;
+    native) engine 0 ds_native_cg -- $on --spec DFLASH $spec ;;
+    block) engine 0 ds_block_cg $DRAFT -- $on --spec DFLASH_BLOCK $spec ;;
+    part) engine 0 ds_part_cg $DRAFT_W4 -- $on --spec DFLASH_BLOCK $spec ;;
+  esac; done
 }
-soak_run() {
-  (cd /tmp && ENGINE_MODEL=${SOAK_MODEL:-$ENGINE_MODEL} SOAK_LOGS=/tmp/engine-logs timeout -k 5 $(( ${SOAK_BUDGET:-430} + 20 )) python3 $H/../soak.py coordinate \
-     --out "$OUT/soak" --budget ${SOAK_BUDGET:-430} ${SOAK_ARGS:-} > /tmp/engine-logs/soak.log 2>&1)
-  tl "soak rc=$?"; tail -25 /tmp/engine-logs/soak.log
+soak_run() {  # SOAK_NAME (default soak): its results in $OUT/$SOAK_NAME, its logs in /tmp/engine-logs/$SOAK_NAME
+  local name=${SOAK_NAME:-soak}; mkdir -p /tmp/engine-logs/$name
+  (cd /tmp && ENGINE_MODEL=${SOAK_MODEL:-$ENGINE_MODEL} SOAK_LOGS=/tmp/engine-logs/$name timeout -k 5 $(( ${SOAK_BUDGET:-430} + 20 )) \
+     python3 $H/../soak.py coordinate --out "$OUT/$name" --budget ${SOAK_BUDGET:-430} ${SOAK_ARGS:-} > /tmp/engine-logs/$name/soak.log 2>&1)
+  tl "$name rc=$?"; tail -25 /tmp/engine-logs/$name/soak.log
 }
 SBD=SGLANG_SPEC_PLUGINS_CONFIG=$H/plugins_sbd.toml
 sbd_runs() {
@@ -216,7 +220,7 @@ done
 tl "ALL DONE"
 [ -n "${NO_ARCHIVE:-}" ] && exit 0   # a caller that archives what it needs itself (benchmarks/e2e_speculative.sh)
 tar -C /tmp -cJf "$OUT/logs.tar.xz" engine-logs
-[ -d "$OUT/soak" ] && tar -C "$OUT" -cJf "$OUT/soak.tar.xz" soak && rm -rf "$OUT/soak"  # few files come back from a call
+n=${SOAK_NAME:-soak}; [ -d "$OUT/$n" ] && tar -C "$OUT" -cJf "$OUT/$n.tar.xz" $n && rm -rf "$OUT/$n"  # few files come back from a call
 # JIT caches (flashinfer's kernels, Triton's), to carry into the next call as .e2e/cache/*.tar.xz
 tar -C / -cJf "$OUT/jit_flashinfer.tar.xz" root/.cache/flashinfer 2>/dev/null
 tar -C / -cJf "$OUT/jit_triton.tar.xz" root/.triton tmp/torchinductor_root 2>/dev/null

@@ -33,8 +33,10 @@ fi
 rm -f $E/wheels/*.whl
 python3 -m pip wheel -q --no-deps -w $E/wheels . examples/prompt_lookup_drafter examples/sbd_drafter \
   examples/controlled_acceptance_drafter examples/dflash_block_drafter
-# the HTTP server's imports the image lacks (sglang's openai entry points import jsonschema and soundfile;
-# seen on the H200, 2026-12-02; more may follow them)
+# the HTTP server's imports the image lacks, seen on the H200 (2026-12-02) one at a time: sglang's openai entry
+# points import jsonschema and soundfile; fastapi's form routes need python-multipart. The module-level imports
+# of sglang.srt.entrypoints.http_server beyond the Engine's were read off the wheel: jsonschema, soundfile and
+# zstandard (the image has it), torch_npu (an NPU-only path)
 python3 -m pip download -q $P -d $E/wheels jsonschema==4.25.1 jsonschema-specifications==2025.9.1 referencing==0.37.0 \
-  rpds-py==0.28.0 attrs==25.4.0 soundfile==0.13.1 cffi==2.0.0 pycparser==2.23
+  rpds-py==0.28.0 attrs==25.4.0 soundfile==0.13.1 cffi==2.0.0 pycparser==2.23 python-multipart==0.0.20
 ls -la $E/site.tar.xz $E/wheels
