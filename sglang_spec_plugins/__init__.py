@@ -2,13 +2,16 @@
 drafters in SGLang.
 
 Drafter authors need only :data:`hookimpl` and :class:`AlgorithmSpec` (and
-:class:`DraftModel` for a worker with its own draft model); see
+:class:`DraftModel` for a worker with its own draft model), and
+:func:`is_plain_int`, the rule the framework judges widths and sizes by, for
+their own settings; see
 :mod:`sglang_spec_plugins.hookspecs` for the contract. Importing this package
 does not import SGLang.
 """
 
 __version__ = "0.1.0"
 
+from .errors import is_plain_int  # noqa: E402
 from .hookspecs import AlgorithmSpec, DraftModel, hookimpl  # noqa: E402
 
-__all__ = ["AlgorithmSpec", "DraftModel", "hookimpl", "__version__"]
+__all__ = ["AlgorithmSpec", "DraftModel", "hookimpl", "is_plain_int", "__version__"]

@@ -114,11 +114,13 @@ def build_parser() -> argparse.ArgumentParser:
                          help="the server's --attn-dp-size (SGLang 0.5.23+): above 1 is DP attention, as --enable-dp-attention")
     p_check.add_argument("--cuda-graph-bs", type=_positive_int, nargs="+", metavar="N",
                          help="the server's --cuda-graph-bs: count the CUDA graphs widths by batch size capture over those "
-                              "sizes (each once per width of its bucket) and the logit rows they keep")
+                              "sizes (each once per width of its bucket) and the logit rows they keep, and judge flashinfer's "
+                              "workspace for the verify graphs at those sizes (with --model-path)")
     p_check.add_argument("--vocab-size", type=_positive_int, metavar="N",
                          help="the model's vocabulary size: the graphs' logits in bytes (with --cuda-graph-bs)")
     p_check.add_argument("--model-path", metavar="PATH",
-                         help="the server's --model-path: a draft model is checked against this target's config")
+                         help="the server's --model-path: a draft model is checked against this target's config, and so "
+                              "is flashinfer's workspace (with --cuda-graph-bs)")
     p_check.add_argument("--speculative-draft-model-path", metavar="PATH",
                          help="the server's --speculative-draft-model-path (a drafter with its own draft model needs it)")
     p_check.add_argument("--single-process", action="store_true",
@@ -237,7 +239,8 @@ def _check(args: argparse.Namespace) -> int:
     from .serving.prediction import predict  # imports SGLang only if it is installed
 
     sglang = predict(plugin_set, policies, args.num_draft_tokens, args.disable_overlap_schedule, args.attention_backend,
-                     args.enable_dp_attention or args.attn_dp_size > 1, args.model_path, args.speculative_draft_model_path)
+                     args.enable_dp_attention or args.attn_dp_size > 1, args.model_path, args.speculative_draft_model_path,
+                     args.cuda_graph_bs)
     problems += sglang["problems"]
     digest = fingerprint(plugin_set, policies, sglang["version"])
     problems += agreement.compare(digest, [answer for policy in policies.values() for answer in policy.answers])

@@ -1,10 +1,11 @@
 """Facts about a running SGLang that several rooms read: the configured ndt a
 backend lays a verify out with, which attention backend each worker sends
-TARGET_VERIFY to, and whether attention runs data-parallel."""
+TARGET_VERIFY to, whether attention runs data-parallel, and the batch sizes
+SGLang captures CUDA graphs at."""
 
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any, Dict, Optional, Tuple
 
 TARGET, DRAFT = "target worker", "draft worker"
 """The two workers that may run TARGET_VERIFY, as messages name them."""
@@ -41,3 +42,26 @@ def dp_attention(server_args: Any) -> bool:
     0.5.23 also rewrites ``--enable-dp-attention --dp-size N`` into it, and
     clears the flag, before any plugin validator runs)."""
     return bool(getattr(server_args, "enable_dp_attention", False)) or (getattr(server_args, "attn_dp_size", None) or 1) > 1
+
+
+def graph_batch_sizes(server_args: Any) -> Optional[Tuple[int, ...]]:
+    """The batch sizes SGLang captures decode and TARGET_VERIFY CUDA graphs at,
+    as the resolved arguments list them (``cuda_graph_config.decode`` on
+    0.5.16+, ``cuda_graph_bs`` before), at most ``max_running_requests``
+    where it is set (SGLang then captures that size itself); ``()`` when
+    those graphs are off; None where the arguments list no sizes."""
+    decode = getattr(getattr(server_args, "cuda_graph_config", None), "decode", None)
+    if decode is not None:
+        if getattr(decode, "backend", None) == "disabled":
+            return ()
+        sizes = getattr(decode, "bs", None)
+    elif getattr(server_args, "disable_cuda_graph", False):
+        return ()
+    else:
+        sizes = getattr(server_args, "cuda_graph_bs", None)
+    if not sizes:
+        return None
+    cap = getattr(server_args, "max_running_requests", None)
+    if isinstance(cap, int) and max(sizes) > cap:
+        sizes = [s for s in sizes if s <= cap] + [cap]
+    return tuple(sorted(set(sizes)))

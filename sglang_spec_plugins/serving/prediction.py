@@ -27,6 +27,7 @@ def predict(
     dp_attention: bool = False,
     model_path: Optional[str] = None,
     draft_model_path: Optional[str] = None,
+    capture_sizes: Optional[Sequence[int]] = None,
 ) -> Dict[str, Any]:
     """``{"version", "summary", "lines", "problems", "backends", "not_run"}`` for the
     installed SGLang (``not_run``: where it is not installed, the plugin code
@@ -38,7 +39,8 @@ def predict(
     data-parallel (``--enable-dp-attention``, ``--attn-dp-size`` above 1);
     without ``ndts``, its refusal is judged at the default ndts ``check`` resolved.
     ``model_path`` and ``draft_model_path``: its ``--model-path`` and
-    ``--speculative-draft-model-path``, where given."""
+    ``--speculative-draft-model-path``, where given; ``capture_sizes``: its
+    ``--cuda-graph-bs`` (flashinfer's workspace is judged at those sizes)."""
     harness = prepare()
     found = probe()
     if not found.installed:
@@ -86,7 +88,8 @@ def predict(
             problems += [f"{origin}: {line}" for line in faults(
                 offered, policy, args, found.version, ndt=ndt, disable_overlap=disable_overlap, backends=named,
                 dp_attention=dp_attention, draft_config=draft_model_path is not None,
-                release=release, validate=ndt is not None and args is not None, factory=args is not None)]
+                release=release, validate=ndt is not None and args is not None, factory=args is not None,
+                capture_sizes=capture_sizes, model_path=model_path)]
         if dp_attention and not ndts:  # the widths ``check`` resolved at its default ndts
             refused: Dict[str, int] = {}
             for ndt in sorted({n for n, _ in policy.width_cache}):

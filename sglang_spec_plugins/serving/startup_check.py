@@ -24,13 +24,14 @@ or logs one INFO line with the widths it resolved (:func:`widths_line`).
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, List, Mapping, Optional
+from typing import Any, Callable, List, Mapping, Optional, Sequence
 
 from ..engine.facts import DRAFT, TARGET, dp_attention, verify_backends
 from ..errors import ConfigError, PluginError, PluginInterrupted, StartupRefused, show
 from ..plugins import OfferedAlgorithm
 from ..policy import VerifyPolicy
 from .draft_model_check import draft_model_faults
+from .workspace_check import workspace_faults
 
 logger = logging.getLogger("sglang_spec_plugins")
 
@@ -39,7 +40,8 @@ BEFORE_WEIGHTS = " (found while SGLang resolved its server arguments, before loa
 def faults(offered: OfferedAlgorithm, policy: VerifyPolicy, server_args: Any, version: str, *,
            ndt: Optional[int], disable_overlap: bool, backends: Mapping[str, str], release: Any = None,
            validate: bool = True, factory: bool = True, dp_attention: bool = False,
-           draft_config: bool = True) -> List[str]:
+           draft_config: bool = True, capture_sizes: Optional[Sequence[int]] = None,
+           model_path: Optional[str] = None) -> List[str]:
     """Everything SGLang would refuse about this algorithm with these
     arguments, one line each, without the plugin's name, in SGLang's order:
     the plugin's ``validate_server_args`` (any exception, ``AssertionError``
@@ -49,7 +51,10 @@ def faults(offered: OfferedAlgorithm, policy: VerifyPolicy, server_args: Any, ve
     and the DFLASH-only sites it meets (:mod:`.draft_model_check`), and the attention
     ``backends`` (worker -> ``--attention-backend`` name) at the plugin's
     widths at ``ndt`` (those ``policy`` has resolved: resolving them is the
-    caller's step, since a width fault is a PluginError of its own).
+    caller's step, since a width fault is a PluginError of its own), and
+    flashinfer's workspace for the verify graphs at the batch sizes
+    ``server_args`` lists, or ``capture_sizes``, for the target at
+    ``model_path`` or ``server_args``' (:mod:`.workspace_check`).
     ``validate``/``factory``/``draft_config`` False skip the validator/the
     factory/the draft checkpoint (``check`` without arguments to hand them). Raises nothing a plugin causes but an
     interrupt (:class:`~..errors.PluginInterrupted`)."""
@@ -66,7 +71,10 @@ def faults(offered: OfferedAlgorithm, policy: VerifyPolicy, server_args: Any, ve
         found += dp_attention_faults(policy, ndt)
     if offered.spec.draft_model is not None:
         found += draft_model_faults(offered, policy, server_args, version, ndt, draft_config)
-    return found + backend_faults(offered, policy, version, ndt, backends)
+    found += backend_faults(offered, policy, version, ndt, backends)
+    if False in verifying_workers(policy, ndt):
+        found += workspace_faults(policy, server_args, version, ndt, backends, capture_sizes, model_path=model_path)
+    return found
 
 
 def validator_fault(offered: OfferedAlgorithm, server_args: Any, ndt: Optional[int]) -> Optional[str]:

@@ -81,31 +81,33 @@ def serve(algorithm: Optional[str], ndt: int = 4, max_new_tokens: Union[int, Seq
     verify_steps = _record_verify_steps(scheduler.tp_worker.model_runner, verify_tokens)
     chosen_widths, stop_recording = _record_chosen_widths()
 
-    failure = run_event_loop(scheduler)
-    requests = [_request(rid, tokens, length) for (rid, tokens), length in zip(PROMPTS.items(), lengths)]
-    late = [requests.pop()] if late_after is not None else []
-    for request in requests:
-        sockets["to_scheduler"].send_pyobj(request)
-    results: Dict[str, Dict[str, Any]] = {}
-    poller = zmq.Poller()
-    poller.register(sockets["from_scheduler"], zmq.POLLIN)
-    while len(results) < len(PROMPTS) and not failure and time.monotonic() - started < TIMEOUT_S:
-        if late and len(verify_steps) >= late_after:
-            sockets["to_scheduler"].send_pyobj(late.pop())
-        if not poller.poll(20 if late else 200):
-            continue
-        out = sockets["from_scheduler"].recv_pyobj()
-        if type(out).__name__ != "BatchTokenIDOutput":
-            continue
-        for i, rid in enumerate(out.rids):
-            entry = results.setdefault(rid, {"output_ids": []})
-            entry["output_ids"].extend(int(t) for t in out.output_ids[i])
-            if out.finished_reasons[i] is not None:
-                entry["done"] = True
-                entry["completion_tokens"] = int(out.completion_tokens[i])
-                verify = getattr(out, "spec_verify_ct", None)
-                entry["spec_verify_ct"] = int(verify[i]) if verify else 0
-    stop_recording()
+    try:
+        failure = run_event_loop(scheduler)
+        requests = [_request(rid, tokens, length) for (rid, tokens), length in zip(PROMPTS.items(), lengths)]
+        late = [requests.pop()] if late_after is not None else []
+        for request in requests:
+            sockets["to_scheduler"].send_pyobj(request)
+        results: Dict[str, Dict[str, Any]] = {}
+        poller = zmq.Poller()
+        poller.register(sockets["from_scheduler"], zmq.POLLIN)
+        while len(results) < len(PROMPTS) and not failure and time.monotonic() - started < TIMEOUT_S:
+            if late and len(verify_steps) >= late_after:
+                sockets["to_scheduler"].send_pyobj(late.pop())
+            if not poller.poll(20 if late else 200):
+                continue
+            out = sockets["from_scheduler"].recv_pyobj()
+            if type(out).__name__ != "BatchTokenIDOutput":
+                continue
+            for i, rid in enumerate(out.rids):
+                entry = results.setdefault(rid, {"output_ids": []})
+                entry["output_ids"].extend(int(t) for t in out.output_ids[i])
+                if out.finished_reasons[i] is not None:
+                    entry["done"] = True
+                    entry["completion_tokens"] = int(out.completion_tokens[i])
+                    verify = getattr(out, "spec_verify_ct", None)
+                    entry["spec_verify_ct"] = int(verify[i]) if verify else 0
+    finally:
+        stop_recording()
     finished = {rid: r for rid, r in results.items() if r.get("done")}
     return {"served": len(finished) == len(PROMPTS) and not failure, "error": failure[0] if failure else None,
             "requests": finished, "verify_steps": verify_steps, "verify_tokens": verify_tokens,

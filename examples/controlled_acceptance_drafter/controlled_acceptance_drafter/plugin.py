@@ -54,14 +54,25 @@ def settings_of(settings):
     return path, acceptance_value(settings.get("acceptance", 0.7), f"{TABLE} acceptance"), seed
 
 
+_loaded = {}
+"""``(path, mtime_ns, size)`` -> the continuations read from it: each file is read once per process."""
+
+
 def load_continuations(path: str):
-    """The recorded continuations ``{prompt_key: [token ids]}``; ValueError naming the file."""
+    """The recorded continuations ``{prompt_key: [token ids]}``, read once per
+    process per file (a file changed since, by its mtime or size, is read again);
+    ValueError naming the file."""
     try:
+        stat = Path(path).stat()
+        key = (path, stat.st_mtime_ns, stat.st_size)
+        if key in _loaded:
+            return _loaded[key]
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:
         raise ValueError(f"{TABLE} continuations = {path!r}: cannot be read as JSON: {exc}") from None
     if not isinstance(data, dict) or not all(isinstance(v, list) and all(type(t) is int for t in v) for v in data.values()):
         raise ValueError(f"{TABLE} continuations = {path!r}: expected {{prompt_key: [token ids]}}")
+    _loaded[key] = data
     return data
 
 

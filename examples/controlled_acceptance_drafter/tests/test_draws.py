@@ -95,3 +95,17 @@ def test_the_record_round_trips_and_refuses_two_outputs_for_one_prompt(tmp_path)
         plugin.load_continuations(str(path))
     with pytest.raises(ValueError, match="cannot be read as JSON"):
         plugin.load_continuations(str(tmp_path / "missing.json"))
+
+
+def test_the_continuations_are_read_once_per_file(tmp_path, monkeypatch):
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({prompt_key([1]): [2]}))
+    reads = []
+    read_text = type(path).read_text
+    monkeypatch.setattr(type(path), "read_text", lambda self, *a, **k: reads.append(self) or read_text(self, *a, **k))
+    for _ in range(3):
+        assert plugin.sgl_spec_verify_width("CONTROLLED_ACCEPTANCE", 4, {"continuations": str(path)}) == 4
+    assert reads == [path]
+    path.write_text(json.dumps({prompt_key([1]): [2, 3]}))
+    assert plugin.load_continuations(str(path)) == {prompt_key([1]): [2, 3]}
+    assert len(reads) == 2

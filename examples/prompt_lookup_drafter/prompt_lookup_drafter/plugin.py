@@ -29,7 +29,7 @@ cannot serve exactly (sampling with temperature > 0, penalties, logit bias,
 logprobs, grammars) are refused one by one with a message; the server goes on.
 """
 
-from sglang_spec_plugins import AlgorithmSpec, hookimpl
+from sglang_spec_plugins import AlgorithmSpec, hookimpl, is_plain_int
 
 ALGORITHM = "PROMPT_LOOKUP"
 NGRAM_DEFAULTS = {"max_ngram": 3, "min_ngram": 1}
@@ -41,7 +41,7 @@ def ngram_settings(settings):
     the key when they are not ints with ``1 <= min_ngram <= max_ngram``."""
     values = {key: settings.get(key, default) for key, default in NGRAM_DEFAULTS.items()}
     for key, value in values.items():
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        if not is_plain_int(value) or value < 1:
             raise ValueError(f"[algorithms.{ALGORITHM}] {key} = {value!r}: it must be an int >= 1")
     if values["min_ngram"] > values["max_ngram"]:
         raise ValueError(f"[algorithms.{ALGORITHM}] min_ngram = {values['min_ngram']} is above "

@@ -31,14 +31,10 @@ from typing import Optional, Tuple
 
 from prompt_lookup_drafter.plugin import release_check
 
-from sglang_spec_plugins import AlgorithmSpec, hookimpl
+from sglang_spec_plugins import AlgorithmSpec, hookimpl, is_plain_int
 
 ALGORITHM = "SBD"
 TABLE = f"[algorithms.{ALGORITHM}]"
-
-
-def _plain_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def block_settings(settings, vocab_size: Optional[int] = None) -> Tuple[Optional[int], int]:
@@ -47,12 +43,12 @@ def block_settings(settings, vocab_size: Optional[int] = None) -> Tuple[Optional
     ``[0, vocab_size)`` (``vocab_size`` None: only ``>= 0`` is checked, and the
     default mask token, ``vocab_size - 1``, is None until the vocabulary is known)."""
     block = settings.get("mask_block", 1)
-    if not _plain_int(block) or block < 1:
+    if not is_plain_int(block) or block < 1:
         raise ValueError(f"{TABLE} mask_block = {block!r}: it must be an int >= 1")
     mask = settings.get("mask_token_id")
     if mask is None:
         return (None if vocab_size is None else vocab_size - 1), block
-    if not _plain_int(mask) or mask < 0 or vocab_size is not None and mask >= vocab_size:
+    if not is_plain_int(mask) or mask < 0 or vocab_size is not None and mask >= vocab_size:
         within = f"[0, {vocab_size})" if vocab_size is not None else "[0, vocab_size)"
         raise ValueError(f"{TABLE} mask_token_id = {mask!r}: it must be an int in {within}, a token id of the "
                          "target's vocabulary")
