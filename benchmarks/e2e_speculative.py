@@ -53,10 +53,17 @@ CONTINUATIONS = "continuations.json"
 BY_BATCH = {8: {1: 8, 8: 8, 32: 4, 64: 2}, 16: {1: 16, 8: 8, 32: 4, 64: 2}}
 """Widths by batch size as an operator writes them without knowing acceptance: wide for few requests."""
 CANDIDATES = {
-    8: {1: [2, 4, 8], 8: [1, 2, 4, 8], 32: [1, 2, 4, 8], 64: [1, 2, 4], 128: [1, 2, 4]},
-    16: {1: [2, 4, 8, 16], 8: [1, 2, 4, 8, 16], 32: [1, 2, 4, 8], 64: [1, 2, 4], 128: [1, 2, 4]},
+    8: {1: [2, 4, 8], 8: [1, 2, 4, 8], 32: [1, 2, 4, 8], 64: [1, 2, 4, 8], 128: [1, 2, 4, 8]},
+    16: {1: [2, 4, 8, 16], 8: [1, 2, 4, 8, 16], 32: [1, 2, 4, 8], 64: [1, 2, 4, 8], 128: [1, 2, 4, 8]},
 }
-"""The acceptance controller's candidates per batch-size slot (each is a CUDA graph per captured size)."""
+"""The acceptance controller's candidates per batch-size slot (each is a CUDA graph per captured size). The
+run of 2026-12-02 offered only [1, 2, 4] from 64 requests (each record's ``plugins_toml``), so its controller
+could not pick static 8's width, the best there at acceptance 0.9; 16 from 32 requests on would hold 3.7 GB of
+graph logits (float32, 128256 tokens a row) and never won a cell there."""
+WIDE_WORKSPACE = {"SGLANG_FLASHINFER_WORKSPACE_SIZE": str(1 << 30)}
+"""128 requests x 16 tokens overflow flashinfer's default 384 MB workspace while SGLang captures the
+TARGET_VERIFY graph (seen on the H200, 0.5.16: batch_prefill_tmp_s; the start-up check predicts it); SGLang
+reads the size from this variable. Every engine that captures width 16 at 128 requests gets 1 GiB."""
 
 ENGINES: Dict[str, Dict[str, Any]] = {
     "plain": {"kind": "plain"},
@@ -66,12 +73,11 @@ ENGINES: Dict[str, Dict[str, Any]] = {
     "static2_ndt8": {"kind": "static", "ndt": 8, "width": 2},
     "static8_ndt8": {"kind": "static", "ndt": 8, "width": 8},
     "ngram_ndt8": {"kind": "ngram", "ndt": 8},
-    # 128 requests x 16 tokens overflow flashinfer's default 384 MB workspace while SGLang captures the
-    # TARGET_VERIFY graph (seen on the H200, 0.5.16: batch_prefill_tmp_s); SGLang reads the size from this variable
-    "static16_ndt16": {"kind": "static", "ndt": 16, "width": 16, "env": {"SGLANG_FLASHINFER_WORKSPACE_SIZE": str(1 << 30)}},
+    "static16_ndt16": {"kind": "static", "ndt": 16, "width": 16, "env": WIDE_WORKSPACE},
     "controller_ndt16": {"kind": "controller", "ndt": 16},
     "by_batch_ndt16": {"kind": "by_batch", "ndt": 16},
-    "ngram_ndt16": {"kind": "ngram", "ndt": 16},
+    # killed on 2026-12-02 (rc -9, 58 s: SGLang stops every process when a scheduler fails) without the variable
+    "ngram_ndt16": {"kind": "ngram", "ndt": 16, "env": WIDE_WORKSPACE},
     "plain_sync": {"kind": "plain", "sync": True},
 }
 """In the order they run: plain first (it records the continuations every other engine drafts). A static
