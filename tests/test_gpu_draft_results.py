@@ -40,3 +40,19 @@ def test_the_speed_ratios_of_the_readme(records):
     ratios = [round(row["speed_ratio"], 2) for row in compare.against_native(records) if row["engine"] == "ds_block_cg"]
     readme = (RESULTS / "README.md").read_text()
     assert len(ratios) == 8 and all(f"| {ratio:.2f} |" in readme for ratio in ratios), ratios
+
+
+def test_drafts_were_accepted_on_the_favoured_target(records):
+    """The identities above hold where drafts are accepted: > 2.9 tokens a verify step at W = B = 4, > 1.6 at W = 2."""
+    summary = {row["label"]: row for row in compare.summarize(records)["engines"]}
+    for label, floor in (("da_native", 2.9), ("da_block", 2.9), ("da_part", 1.6)):
+        for graphs in ("cg", "nocg"):
+            steps = [run["committed_per_step"] for run in summary[f"{label}_{graphs}"]["runs"]]
+            assert len(steps) == 8 and min(steps) > floor, (label, graphs, steps)
+
+
+def test_the_readme_s_ratios_of_verifying_below_the_block(records):
+    ratios = [round(row["speed_ratio"], 2) for row in compare.against_native(records) if row["engine"] == "ds_part_cg"]
+    readme = (RESULTS / "README.md").read_text()
+    rows = [line for line in readme.splitlines() if line.startswith("| ") and line.count("|") == 5 and line[2].isdigit()]
+    assert len(ratios) == 8 and [row.split("|")[4].strip() for row in rows] == [f"{r:.2f}" for r in ratios], (rows, ratios)

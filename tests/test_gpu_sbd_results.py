@@ -1,0 +1,34 @@
+"""The SBD results committed under tools/gpu/results/sbd say what their README says.
+
+No GPU: ``compare.py`` reads the committed engine records.
+"""
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "tools" / "gpu" / "results" / "sbd"
+
+sys.path.insert(0, str(ROOT / "tools" / "gpu" / "engine"))
+import compare  # noqa: E402
+
+NEAR_TIES = {(8, "repetitive", 6, 29), (32, "repetitive", 11, 57), (64, "repetitive", 7, 50), (64, "repetitive", 47, 59)}
+"""(batch, prompts, request, first differing token) of the eager engine's divergences, measured as near-ties (README)."""
+
+
+def test_the_readme_table_is_the_records():
+    summary = {row["label"]: row for row in compare.summarize(compare.load(RESULTS))["engines"]}
+    readme = (RESULTS / "README.md").read_text()
+    for label in ("sbd_sbd_nocg", "sbd_sbd_cg"):
+        runs = summary[label]["runs"]
+        steps = [run["committed_per_step"] for run in runs]
+        row = (f"| {label} | {sum(run['identical'] for run in runs)}/{sum(run['requests'] for run in runs)} | "
+               f"{min(steps):.2f}-{max(steps):.2f} |")
+        assert row in readme and min(steps) > 2, row
+
+
+def test_the_eager_divergences_are_the_ones_measured():
+    records = compare.load(RESULTS)
+    found = {(d["batch"], d["prompts"], d["request"], d["position"]) for d in compare.divergences(records)
+             if d["label"] == "sbd_sbd_nocg"}
+    assert found == NEAR_TIES
