@@ -6,6 +6,8 @@ No GPU: ``compare.py`` reads the committed engine records.
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "tools" / "gpu" / "results" / "sbd"
 
@@ -32,3 +34,16 @@ def test_the_eager_divergences_are_the_ones_measured():
     found = {(d["batch"], d["prompts"], d["request"], d["position"]) for d in compare.divergences(records)
              if d["label"] == "sbd_sbd_nocg"}
     assert found == NEAR_TIES
+
+
+def test_each_eager_divergence_is_a_near_tie_of_the_model():
+    """The README's reading, again on this CPU: at each divergence the model's own two most likely tokens are
+    the two engines' tokens, a few hundredths apart (reference_margins.py: a plain PyTorch forward)."""
+    pytest.importorskip("torch")
+    import reference_margins
+
+    rows = reference_margins.margins(RESULTS, "sbd_sbd_nocg", 29)
+    assert {(r["batch"], r["prompts"], r["request"], r["position"]) for r in rows} == NEAR_TIES
+    for row in rows:
+        for dtype in ("float32", "bfloat16"):
+            assert set(row[dtype]["top2"]) == {row["speculative"], row["plain"]} and row[dtype]["gap"] < 0.05, row

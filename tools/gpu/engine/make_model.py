@@ -29,7 +29,6 @@ import time
 from pathlib import Path
 
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
 SHAPES = {
     "tiny": dict(hidden_size=512, intermediate_size=1408, num_hidden_layers=4, num_attention_heads=8,
@@ -61,9 +60,18 @@ def checkpoints():
     return module
 
 
-def llama_config(shape: str) -> LlamaConfig:
+def llama_config(shape: str):
+    from transformers import LlamaConfig
+
     return LlamaConfig(vocab_size=32000, max_position_embeddings=4096, rms_norm_eps=1e-5, bos_token_id=1,
                        eos_token_id=2, tie_word_embeddings=False, torch_dtype="bfloat16", **SHAPES[shape])
+
+
+def favoured_target(out: Path, config: dict, token: int) -> Path:
+    """The ``--favoured`` target's weights (seed 0) and ``config`` in ``out``; its weights depend only on the
+    tiny shape's sizes in ``config`` (``reference_margins.py`` writes them again from those alone)."""
+    return checkpoints().llama_target(out, config, seed=0, scale=FAVOUR_SCALE, shared=FAVOUR_SHARED,
+                                      favour=(token, FAVOUR_PULL))
 
 
 if __name__ == "__main__":
@@ -93,10 +101,8 @@ if __name__ == "__main__":
         print(f"DFlash draft ({args.layers} layer(s), block {args.block}, accepting={args.accepting}) for "
               f"{args.draft_for} -> {out} ({time.time() - started:.1f} s)")
     elif args.favoured is not None:
-        llama_target = checkpoints().llama_target
         config = dict(llama_config("tiny").to_dict(), architectures=["LlamaForCausalLM"])  # SGLang reads it
-        llama_target(out, config, seed=0, scale=FAVOUR_SCALE, shared=FAVOUR_SHARED,
-                     favour=(args.favoured, FAVOUR_PULL))
+        favoured_target(out, config, args.favoured)
         print(f"tiny llama favouring token {args.favoured} -> {out} ({time.time() - started:.1f} s)")
     elif args.config_only:
         out.mkdir(parents=True, exist_ok=True)
@@ -107,6 +113,8 @@ if __name__ == "__main__":
     else:
         torch.manual_seed(0)
         config = llama_config(args.shape)
+        from transformers import LlamaForCausalLM
+
         with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
             model = LlamaForCausalLM(config).to(torch.bfloat16)
             torch.nn.init.normal_(model.lm_head.weight, std=LM_HEAD_STD)
