@@ -54,9 +54,18 @@ BAD_PLUGINS = Path(__file__).with_name("bad_plugins")
 """The plugin modules of the cases, one file each (``bad_plugins/<name>.py``)."""
 
 
+PARTS = "bad_plugin_parts"
+"""What the plugin modules share (``bad_plugins/bad_plugin_parts.py``), a module installed beside each of them."""
+
+
 def bad_plugin(name: str) -> str:
     """The source of ``bad_plugins/<name>.py``."""
     return (BAD_PLUGINS / f"{name}.py").read_text()
+
+
+def plugin_modules(module: str, source: str) -> Dict[str, str]:
+    """The modules of a plugin whose module ``module`` is ``source``: it and :data:`PARTS` (module -> source)."""
+    return {module: source, PARTS: bad_plugin(PARTS)}
 
 
 def config_env(make: Callable[[Path], Path]) -> Callable[[Path], Dict[str, str]]:
@@ -537,7 +546,8 @@ def prepare(case: Case, root: Path, site) -> Dict[str, str]:
     """Install the case's distributions into ``site``, write its files under
     ``root`` (the working directory) and return the environment it runs with."""
     for name, file in case.dists.items():
-        site.add(f"{name}-drafter", {name: case.targets.get(name, f"{name}_mod")}, {f"{name}_mod": bad_plugin(file)})
+        module = f"{name}_mod"
+        site.add(f"{name}-drafter", {name: case.targets.get(name, module)}, plugin_modules(module, bad_plugin(file)))
     env = dict(case.env)
     if case.setup is not None:
         env.update(case.setup(root))

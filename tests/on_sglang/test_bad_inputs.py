@@ -167,7 +167,7 @@ SKIP_CASES = {  # what the faulty plugin does -> its file, bad_plugins/<file>.py
     "width hook raises for other algorithms": "width_hook_raises_for_other_algorithms",
     "exits at import": "exits_at_import",
     "pytest.skip at import": "skips_at_import",
-    "BaseException from a hook": "baseexception_from_a_hook",
+    "BaseException from a hook": "baseexception_from_the_draft_hook",
     "wrapper": "new_style_wrapper",
     "draft hook raises what cannot be shown": "draft_hook_raises_what_cannot_be_shown",
     "import raises what cannot be shown": "import_raises_weird",

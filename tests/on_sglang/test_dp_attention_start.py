@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from bad_inputs import DP_ATTENTION, FLAGS, NOT_WITH_DP, WIDTH, bad_plugin, resolve_server_args
+from bad_inputs import DP_ATTENTION, FLAGS, NOT_WITH_DP, WIDTH, bad_plugin, plugin_modules, resolve_server_args
 from sglang_spec_plugins import cli
 from sglang_spec_plugins.testing.cpu import reset_plugin_state, run_sglang_plugin_loading
 
@@ -19,7 +19,7 @@ from sglang_spec_plugins.testing.cpu import reset_plugin_state, run_sglang_plugi
 def widths(site, tmp_path, monkeypatch):
     """``widths(buckets)``: plugin ``bad`` (algorithm BAD) with ``widths_by_batch_size = buckets``, loaded."""
     monkeypatch.delenv("SGLANG_PLUGINS", raising=False)
-    site.add("bad-drafter", {"bad": "bad_mod"}, {"bad_mod": bad_plugin("startable")})
+    site.add("bad-drafter", {"bad": "bad_mod"}, plugin_modules("bad_mod", bad_plugin("startable")))
 
     def load(buckets):
         (tmp_path / "plugins.toml").write_text(WIDTH + f"[algorithms.BAD]\nmax_tokens_per_req = 4\nwidths_by_batch_size = {buckets}\n")

@@ -11,7 +11,7 @@ import re
 import pytest
 from packaging.version import Version
 
-from bad_inputs import WIDTH, bad_plugin
+from bad_inputs import WIDTH, bad_plugin, plugin_modules
 from sglang_spec_plugins import cli
 from sglang_spec_plugins.engine.flashinfer_workspace import workspace_setting
 from sglang_spec_plugins.engine.probe import installed_version
@@ -54,7 +54,7 @@ def bad(site, tmp_path, monkeypatch):
     """Plugin ``bad`` (algorithm BAD, one width: the ndt), loaded; its 8B-shaped target's folder."""
     monkeypatch.delenv("SGLANG_PLUGINS", raising=False)
     monkeypatch.delenv("SGLANG_FLASHINFER_WORKSPACE_SIZE", raising=False)
-    site.add("bad-drafter", {"bad": "bad_mod"}, {"bad_mod": bad_plugin("startable")})
+    site.add("bad-drafter", {"bad": "bad_mod"}, plugin_modules("bad_mod", bad_plugin("startable")))
     (tmp_path / "plugins.toml").write_text(WIDTH + "[algorithms.BAD]\nmax_tokens_per_req = 16\n")
     monkeypatch.setenv("SGLANG_SPEC_PLUGINS_CONFIG", str(tmp_path / "plugins.toml"))
     model = tmp_path / "llama-3-8b"

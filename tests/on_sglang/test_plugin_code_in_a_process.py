@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from bad_inputs import FLAGS, WIDTH, bad_plugin
+from bad_inputs import FLAGS, WIDTH, bad_plugin, plugin_modules
 from dists import simple_plugin
 
 # slow: the main run (0.5.23) runs it; on the other releases what plugin code may do is handled by the loader, not by SGLang: tests/test_plugins.py and test_bad_inputs run on every release
@@ -45,7 +45,7 @@ def bad(site, tmp_path):
     enables it (plugins.toml in ``tmp_path``, the working directory)."""
 
     def install(source):
-        site.add("bad-drafter", {"bad": "bad_mod"}, {"bad_mod": source})
+        site.add("bad-drafter", {"bad": "bad_mod"}, plugin_modules("bad_mod", source))
         (tmp_path / "plugins.toml").write_text(WIDTH)
         env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_SPEC_PLUGINS") and k != "SGLANG_PLUGINS"}
         env.update(SGLANG_SPEC_PLUGINS_CONFIG=str(tmp_path / "plugins.toml"), TRITON_INTERPRET="1",

@@ -1,13 +1,8 @@
-from sglang_spec_plugins import AlgorithmSpec, hookimpl
+from sglang_spec_plugins import hookimpl
 
+from bad_plugin_parts import offers
 
-class Worker:
-    pass
-
-
-@hookimpl
-def sgl_spec_algorithms():
-    return [AlgorithmSpec(name="BAD", worker_factory=lambda server_args: Worker, supports_overlap=True)]
+sgl_spec_algorithms = offers("BAD", supports_overlap=True)
 
 
 @hookimpl

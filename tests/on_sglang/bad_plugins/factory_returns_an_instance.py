@@ -1,14 +1,8 @@
-from sglang_spec_plugins import AlgorithmSpec, hookimpl
-
-
-def _validate(args):
-    pass
+from bad_plugin_parts import starts
 
 
 def _factory(server_args):
     return object()
 
 
-@hookimpl
-def sgl_spec_algorithms():
-    return [AlgorithmSpec(name="BAD", worker_factory=_factory, validate_server_args=_validate)]
+sgl_spec_algorithms = starts("BAD", worker_factory=_factory)

@@ -1,10 +1,3 @@
-from sglang_spec_plugins import AlgorithmSpec, hookimpl
+from bad_plugin_parts import offers
 
-
-class Worker:
-    pass
-
-
-@hookimpl
-def sgl_spec_algorithms():
-    return [AlgorithmSpec(name="BAD", worker_factory=lambda server_args: Worker)]
+sgl_spec_algorithms = offers("BAD")

@@ -1,20 +1,9 @@
-from sglang_spec_plugins import AlgorithmSpec, hookimpl
+from bad_plugin_parts import on_worker_base, starts
 
 
-def _validate(args):
-    pass
+class Members:
+    def forward_batch_generation(self, batch):
+        raise NotImplementedError
 
 
-def _factory(server_args):
-    from sglang_spec_plugins.worker import worker_base
-
-    class Worker(worker_base()):
-        def forward_batch_generation(self, batch):
-            raise NotImplementedError
-
-    return Worker
-
-
-@hookimpl
-def sgl_spec_algorithms():
-    return [AlgorithmSpec(name="BAD", worker_factory=_factory, validate_server_args=_validate)]
+sgl_spec_algorithms = starts("BAD", worker_factory=on_worker_base(Members))

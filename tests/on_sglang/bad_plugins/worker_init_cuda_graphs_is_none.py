@@ -1,22 +1,8 @@
-from sglang_spec_plugins import AlgorithmSpec, hookimpl
+from bad_plugin_parts import Forward, on_worker_base, starts
 
 
-def _validate(args):
-    pass
+class Members(Forward):
+    init_cuda_graphs = None
 
 
-def _factory(server_args):
-    from sglang_spec_plugins.worker import worker_base
-
-    class Worker(worker_base()):
-        init_cuda_graphs = None
-
-        def forward_batch_generation(self, batch, **kwargs):
-            raise NotImplementedError
-
-    return Worker
-
-
-@hookimpl
-def sgl_spec_algorithms():
-    return [AlgorithmSpec(name="BAD", worker_factory=_factory, validate_server_args=_validate)]
+sgl_spec_algorithms = starts("BAD", worker_factory=on_worker_base(Members))
