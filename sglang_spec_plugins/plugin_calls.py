@@ -31,8 +31,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import threading
 import sys
+import threading
+import time
 from typing import Iterator, Optional, TextIO
 
 from .errors import PluginError, PluginInterrupted, plugin_origin, type_name
@@ -59,9 +60,7 @@ def plugin_code(plugin: str, distribution: Optional[str], what: str, *, failed: 
     a fault reads ``{failed} {the exception}`` (``failed`` defaults to
     ``{what} raised``); the warning of a slow call says ``still {doing}``
     (default ``running {what}``)."""
-    watch = threading.Timer(SLOW_S, _still, (f"{plugin_origin(plugin, distribution)}: still {doing or 'running ' + what} after {SLOW_S} s",))
-    watch.daemon = True
-    watch.start()
+    watch = _watch.start(f"{plugin_origin(plugin, distribution)}: still {doing or 'running ' + what} after {SLOW_S} s")
     try:
         with _refusing_os_exit():
             yield
@@ -72,7 +71,7 @@ def plugin_code(plugin: str, distribution: Optional[str], what: str, *, failed: 
     except BaseException as exc:
         raise PluginError(plugin, f"{failed or what + ' raised'} {describe_exception(exc)}", distribution) from exc
     finally:
-        watch.cancel()
+        _watch.stop(watch)
 
 
 def describe_exception(exc: BaseException) -> str:
@@ -131,8 +130,46 @@ def package_fault(exc: BaseException) -> str:
     return f"unexpected {type(exc).__name__}: {exc} (a bug in sglang-spec-plugins; please report it)"
 
 
-def _still(line: str) -> None:
-    logger.warning("sglang-spec-plugins: %s", line)
+class _Watch:
+    """Plugin code running now, and one daemon thread (started at the first
+    call, again in a forked child) that warns about each call still running
+    :data:`SLOW_S` seconds after it began. One thread for all calls: the loader
+    makes hundreds of short calls, and starting a thread for each cost more
+    than the calls."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._running = {}  # token -> (deadline on time.monotonic(), warning)
+        self._started = False
+
+    def start(self, line: str) -> object:
+        """Watch a call from now on; the token :meth:`stop` takes."""
+        token = object()
+        with self._cond:
+            self._running[token] = (time.monotonic() + SLOW_S, line)
+            if not self._started:
+                threading.Thread(target=self._run, name="sglang-spec-plugins-watch", daemon=True).start()
+                self._started = True
+        return token
+
+    def stop(self, token: object) -> None:
+        with self._cond:
+            self._running.pop(token, None)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                now = time.monotonic()
+                due = sorted((deadline, token) for token, (deadline, _) in self._running.items() if deadline <= now)
+                lines = [self._running.pop(token)[1] for _, token in due]
+                if not lines:
+                    self._cond.wait(min((deadline for deadline, _ in self._running.values()), default=now + SLOW_S) - now)
+            for line in lines:
+                logger.warning("sglang-spec-plugins: %s", line)
+
+
+_watch = _Watch()
+os.register_at_fork(after_in_child=_watch.__init__)  # the child has no watching thread, nor a held lock
 
 
 _real_exit = os._exit
