@@ -189,18 +189,19 @@ def pruned_module(path: Path, pattern: Pattern[str]) -> ast.Module:
     for hit in hits:
         at = bisect_right(starts, hit) - 1
         if at < 0 or hit >= blocks[at][1]:
-            return ast.parse(text[1:])  # a match no cut function holds (text[0] is the added newline)
+            return _whole_module(path)  # a match no cut function holds
         kept[at] = blocks[at]
     body: List[ast.stmt] = []
     for start, end, indent, owner in (kept[at] for at in sorted(kept)):
         lines = text[start + 1:end].splitlines(keepends=True)
+        above = "\n" * (text.count("\n", 0, start + 1) - 1)  # parsed at its own line numbers
         try:
-            tree = ast.parse(_dedent(lines, indent) if indent else "".join(lines))
+            tree = ast.parse(above + (_dedent(lines, indent) if indent else "".join(lines)))
         except SyntaxError:
-            return ast.parse(text[1:])
+            return _whole_module(path)
         if len(tree.body) != 1 or not isinstance(tree.body[0], (ast.FunctionDef, ast.AsyncFunctionDef)):
-            return ast.parse(text[1:])
-        func = ast.increment_lineno(tree.body[0], text.count("\n", 0, start + 1) - 1)
+            return _whole_module(path)
+        func = tree.body[0]
         if owner is None:
             body.append(func)
         elif body and isinstance(body[-1], ast.ClassDef) and body[-1].name == owner:
@@ -209,6 +210,12 @@ def pruned_module(path: Path, pattern: Pattern[str]) -> ast.Module:
             body.append(ast.ClassDef(name=owner, bases=[], keywords=[], body=[func], decorator_list=[],
                                      lineno=func.lineno, col_offset=0))
     return ast.Module(body=body, type_ignores=[])
+
+
+@functools.lru_cache(maxsize=None)
+def _whole_module(path: Path) -> ast.Module:
+    """The syntax tree of the whole file (parsed once per process, for every pattern that needs it)."""
+    return ast.parse(_text(path)[1:])  # text[0] is the added newline
 
 
 def _blocks(text: str) -> List[Block]:

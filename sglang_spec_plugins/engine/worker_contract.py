@@ -328,7 +328,8 @@ def _calls(node: ast.AST, attr: str) -> Iterable[ast.Call]:
 def _naming(path: Path, name: str) -> ast.Module:
     """The file's tree with the functions that name ``name`` (an attribute, a
     method), the only ones that can read or call it (:func:`.pruned_module`)."""
-    return pruned_module(path, re.compile(rf"\b{re.escape(name)}\b"))
+    word = re.escape(name)  # as \bname\b, literal first (a leading \b makes re try every position)
+    return pruned_module(path, re.compile(rf"{word}\b(?<!\w{word})"))
 
 
 def _constructor_kwargs(scheduler: Path) -> Tuple[str, ...]:

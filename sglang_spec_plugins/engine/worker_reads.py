@@ -40,8 +40,10 @@ target worker too)."""
 PARAMETERS = ("draft_worker", "spec_worker")
 """Parameter names SGLang's helpers take the speculative worker under."""
 
-NAMES = re.compile(r"\b(?:draft_worker|spec_worker|model_worker)\b")
-"""What a read starts from (``is_draft_worker`` does not match): a file and a function without it hold none."""
+NAMES = re.compile(r"_worker\b(?:(?<=\bdraft_worker)|(?<=\bspec_worker)|(?<=\bmodel_worker))")
+"""What a read starts from, as a whole word (``is_draft_worker`` does not match; a match is its ``_worker``):
+a file and a function without it hold none. Literal first: ``\b(?:draft_worker|...)\b`` makes ``re`` try
+every position of a file, 15 times slower over SGLang's 2,100 files."""
 
 _NAMES_IN_BYTES = re.compile(NAMES.pattern.encode())
 
@@ -90,7 +92,7 @@ def worker_reads(srt: Path) -> Tuple[WorkerRead, ...]:
             continue
         with open(path, "rb") as file:  # searched undecoded: most files are not read further
             data = file.read()
-        if any(name.encode() in data for name in PARAMETERS + ("model_worker",)) and _NAMES_IN_BYTES.search(data):
+        if _NAMES_IN_BYTES.search(data):
             _Reader(rel, found).visit(pruned_module(Path(path), NAMES))
     return tuple(sorted(set(found), key=lambda r: (r.path, r.file, r.line)))
 
