@@ -29,6 +29,7 @@ from . import config as config_mod
 from . import hookspecs
 from .config import RESERVED_ALGORITHM_NAMES, AlgorithmConfig, Config, valid_algorithm_name
 from .errors import ConfigError, PluginError, closest, show, type_name
+from .installed import plugin_entry_points
 from .plugin_calls import plugin_code
 
 ENTRY_POINT_GROUP = hookspecs.PROJECT_NAME
@@ -198,7 +199,7 @@ def discover(
     ``on_error = "fail"``; with ``"skip"`` (or ``collect=True``, used by
     ``check``) it is dropped and listed in ``failures``.
     """
-    by_name = _by_name(metadata.entry_points(group=ENTRY_POINT_GROUP))
+    by_name = _by_name(plugin_entry_points(ENTRY_POINT_GROUP))
     problems = list(config_problems)
     selected = _select(config, sorted(by_name), environ, problems)
     if problems:  # a broken [plugins] table would select the wrong plugins: import none of them

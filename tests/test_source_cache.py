@@ -189,11 +189,11 @@ def test_many_processes_starting_at_once_leave_one_whole_entry(tree, tmp_path):
 TORN = textwrap.dedent("""
     import json, os, sys, time
     from pathlib import Path
-    from sglang_spec_plugins.engine import source_cache
+    from sglang_spec_plugins.cache_entries import write_entry
     role, path, until = sys.argv[1], Path(sys.argv[2]), float(sys.argv[3])
     if role == "writer":
         for round in range(30):
-            source_cache._write(path, {"round": round, "pid": os.getpid(), "value": "x" * 1_000_000})
+            write_entry(path, {"round": round, "pid": os.getpid(), "value": "x" * 1_000_000})
     else:
         reads = 0
         while time.time() < until:

@@ -22,20 +22,14 @@ again, with the digest recorded. (The first entry, written where there was
 none, skips the digest: it would cost as much as a second reading of every
 file; a later change of times computes it.)
 
-Where: ``$SGLANG_SPEC_PLUGINS_CACHE``, else ``$XDG_CACHE_HOME/sglang-spec-plugins``,
-else ``~/.cache/sglang-spec-plugins``; ``SGLANG_SPEC_PLUGINS_CACHE=off``
-turns it off (every process computes). Many processes of a server start at
-once: each writes a file of its own in the directory and renames it over the
-entry (atomic on POSIX), so a reader sees a whole entry or none. An entry
-that cannot be read or decoded, or holds another key, is computed again; a
-directory that cannot be written is skipped. Nothing here raises: the cache
-can make a start faster, never stop one. Entries are JSON, never code.
+Where entries live and how they are written: :mod:`..cache_entries`. An
+entry that cannot be read or decoded, or holds another key, is computed
+again. Nothing here raises: the cache can make a start faster, never stop one.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import sys
@@ -43,26 +37,20 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple, TypeVar
 
-CACHE_ENV = "SGLANG_SPEC_PLUGINS_CACHE"
-"""Environment variable: the cache directory, or ``off``."""
+from ..cache_entries import CACHE_ENV, cache_dir, digest, read_entry, write_entry
+
+__all__ = ["CACHE_ENV", "cache_dir", "cached", "cached_reading", "python_files"]
 
 FORMAT = 1
 """The layout of an entry; a change makes every older entry a miss."""
+
+_FIELDS = ("times", "content", "value")
 
 T = TypeVar("T")
 SourceFile = Tuple[str, str, Optional[int], Optional[int]]
 """(path relative to the folder read, path, size, modification time in ns); size None: absent."""
 
 logger = logging.getLogger("sglang_spec_plugins")
-
-
-def cache_dir(environ=os.environ) -> Optional[Path]:
-    """The directory entries live in, or None when the cache is off."""
-    named = environ.get(CACHE_ENV)
-    if named:
-        return None if named.lower() == "off" else Path(named)
-    base = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base, "sglang-spec-plugins")
 
 
 def python_files(root: Path) -> List[SourceFile]:
@@ -96,22 +84,22 @@ def cached(kind: str, root: Path, reader: Sequence[ModuleType], compute: Callabl
     if where is None:
         return compute()
     files = python_files(root)
-    key = _digest([kind, str(root), FORMAT, list(sys.version_info[:2]), *(_module_text(m) for m in reader)])
+    key = digest([kind, str(root), FORMAT, list(sys.version_info[:2]), *(_module_text(m) for m in reader)])
     path = where / f"{kind}-{key[:20]}.json"
-    times = _digest([[rel, size, mtime] for rel, _, size, mtime in files])
-    entry = _read(path, key)
+    times = digest([[rel, size, mtime] for rel, _, size, mtime in files])
+    entry = read_entry(path, key, _FIELDS)
     if entry is not None and entry["times"] == times:
         value = _decoded(entry, decode, path)
         if value is not None:
             return value[0]
-    content = None if entry is None else _content_digest(files)
+    content = None if entry is None else _contentdigest(files)
     if content is not None and entry["content"] == content:
         value = _decoded(entry, decode, path)
         if value is not None:
-            _write(path, {**entry, "times": times})
+            write_entry(path, {**entry, "times": times})
             return value[0]
     value = compute()
-    _write(path, {"key": key, "times": times, "content": content, "value": encode(value)})
+    write_entry(path, {"key": key, "times": times, "content": content, "value": encode(value)})
     return value
 
 
@@ -127,17 +115,17 @@ def cached_reading(kind: str, key: Any, reader: Sequence[ModuleType], compute: C
     where = cache_dir(environ)
     if where is None:
         return compute()
-    full_key = _digest([kind, key, FORMAT, list(sys.version_info[:2]), *(_module_text(m) for m in reader)])
+    full_key = digest([kind, key, FORMAT, list(sys.version_info[:2]), *(_module_text(m) for m in reader)])
     path = where / f"{kind}-{full_key[:20]}.json"
-    entry = _read(path, full_key)
+    entry = read_entry(path, full_key, _FIELDS)
     if entry is not None:
         files = [(name, name, *_stat(name)) for name in entry.get("paths", ())]
-        times = _digest([[name, size, mtime] for name, _, size, mtime in files])
-        same = entry["times"] == times or entry["content"] == _content_digest(files)
+        times = digest([[name, size, mtime] for name, _, size, mtime in files])
+        same = entry["times"] == times or entry["content"] == _contentdigest(files)
         value = _decoded(entry, decode, path) if same else None
         if value is not None:
             if entry["times"] != times:
-                _write(path, {**entry, "times": times})
+                write_entry(path, {**entry, "times": times})
             return value[0]
     with recording() as read:
         value = compute()
@@ -147,8 +135,8 @@ def cached_reading(kind: str, key: Any, reader: Sequence[ModuleType], compute: C
         logger.debug("sglang-spec-plugins: cache entry %s not written: %s: %s", path, type(exc).__name__, exc)
         return value
     files = [(name, name, *_stat(name)) for name in sorted(read)]
-    _write(path, {"key": full_key, "paths": sorted(read), "content": _content_digest(files),
-                  "times": _digest([[name, size, mtime] for name, _, size, mtime in files]), "value": encoded})
+    write_entry(path, {"key": full_key, "paths": sorted(read), "content": _contentdigest(files),
+                  "times": digest([[name, size, mtime] for name, _, size, mtime in files]), "value": encoded})
     return value
 
 
@@ -161,17 +149,13 @@ def _stat(path: str) -> Tuple[Optional[int], Optional[int]]:
     return stat.st_size, stat.st_mtime_ns
 
 
-def _digest(data: Any) -> str:
-    return hashlib.blake2b(json.dumps(data).encode(), digest_size=20).hexdigest()
-
-
 def _module_text(module: ModuleType) -> List[Any]:
     """A reading module as the key holds it: its file, size and modification
     time (how Python's own bytecode cache judges a source file)."""
     return [module.__name__, *_stat(module.__file__)]
 
 
-def _content_digest(files: Iterable[SourceFile]) -> str:
+def _contentdigest(files: Iterable[SourceFile]) -> str:
     """A digest of every file's relative path and bytes (a file that cannot
     be read counts as its error)."""
     digest = hashlib.blake2b(digest_size=20)
@@ -189,39 +173,9 @@ def _content_digest(files: Iterable[SourceFile]) -> str:
     return digest.hexdigest()
 
 
-def _read(path: Path, key: str) -> Optional[dict]:
-    """The entry at ``path`` if it is whole and holds ``key``, else None."""
-    try:
-        entry = json.loads(path.read_bytes())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:  # unreadable, or not JSON (a torn or foreign file)
-        logger.debug("sglang-spec-plugins: cache entry %s not used: %s", path, exc)
-        return None
-    if not (isinstance(entry, dict) and entry.get("key") == key and {"times", "content", "value"} <= entry.keys()):
-        logger.debug("sglang-spec-plugins: cache entry %s not used: another key or layout", path)
-        return None
-    return entry
-
-
 def _decoded(entry: dict, decode: Callable[[Any], T], path: Path) -> Optional[Tuple[T]]:
     try:
         return (decode(entry["value"]),)
     except Exception as exc:  # an entry written by hand or by a bug: compute instead
         logger.debug("sglang-spec-plugins: cache entry %s not used: %s: %s", path, type(exc).__name__, exc)
         return None
-
-
-def _write(path: Path, entry: dict) -> None:
-    """Replace the entry at ``path`` atomically; skipped (logged at DEBUG) where it cannot be written."""
-    scratch = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        scratch.write_text(json.dumps(entry))
-        os.replace(scratch, path)
-    except OSError as exc:
-        logger.debug("sglang-spec-plugins: cache entry %s not written: %s", path, exc)
-        try:
-            scratch.unlink()
-        except OSError:
-            pass
