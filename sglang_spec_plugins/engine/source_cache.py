@@ -92,7 +92,7 @@ def cached(kind: str, root: Path, reader: Sequence[ModuleType], compute: Callabl
         value = _decoded(entry, decode, path)
         if value is not None:
             return value[0]
-    content = None if entry is None else _contentdigest(files)
+    content = None if entry is None else _content_digest(files)
     if content is not None and entry["content"] == content:
         value = _decoded(entry, decode, path)
         if value is not None:
@@ -121,7 +121,7 @@ def cached_reading(kind: str, key: Any, reader: Sequence[ModuleType], compute: C
     if entry is not None:
         files = [(name, name, *_stat(name)) for name in entry.get("paths", ())]
         times = digest([[name, size, mtime] for name, _, size, mtime in files])
-        same = entry["times"] == times or entry["content"] == _contentdigest(files)
+        same = entry["times"] == times or entry["content"] == _content_digest(files)
         value = _decoded(entry, decode, path) if same else None
         if value is not None:
             if entry["times"] != times:
@@ -135,7 +135,7 @@ def cached_reading(kind: str, key: Any, reader: Sequence[ModuleType], compute: C
         logger.debug("sglang-spec-plugins: cache entry %s not written: %s: %s", path, type(exc).__name__, exc)
         return value
     files = [(name, name, *_stat(name)) for name in sorted(read)]
-    write_entry(path, {"key": full_key, "paths": sorted(read), "content": _contentdigest(files),
+    write_entry(path, {"key": full_key, "paths": sorted(read), "content": _content_digest(files),
                   "times": digest([[name, size, mtime] for name, _, size, mtime in files]), "value": encoded})
     return value
 
@@ -155,7 +155,7 @@ def _module_text(module: ModuleType) -> List[Any]:
     return [module.__name__, *_stat(module.__file__)]
 
 
-def _contentdigest(files: Iterable[SourceFile]) -> str:
+def _content_digest(files: Iterable[SourceFile]) -> str:
     """A digest of every file's relative path and bytes (a file that cannot
     be read counts as its error)."""
     digest = hashlib.blake2b(digest_size=20)

@@ -1,6 +1,7 @@
 """The patches' plans kept between processes (patches/plan_cache.py) are the plans read off the release."""
 
 from sglang_spec_plugins import patches
+from sglang_spec_plugins.engine import probe as engine_probe, source_text
 from sglang_spec_plugins.engine.probe import probe
 from sglang_spec_plugins.engine.source_cache import CACHE_ENV
 from sglang_spec_plugins.patches import plan_cache, unit
@@ -29,3 +30,32 @@ def test_other_patches_are_planned_again(monkeypatch, tmp_path):
     plan_cache.planned(patches.PATCHES, release)
     fewer = patches.PATCHES[1:]
     assert plan_cache.planned(fewer, release) == unit.plan_all(fewer, release)
+
+
+def test_an_edited_sglang_file_is_planned_again(monkeypatch, tmp_path):
+    """The plans follow the content of the SGLang files planning read: a patch target's file edited
+    (here a copy of it, the installed release left alone) is read again, and its patch re-planned."""
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    release = probe().version
+    read = unit.plan_all(patches.PATCHES, release)
+    name, patch = next((p.name, p) for p in patches.PATCHES
+                       if isinstance(p, unit.FunctionPatch) and p.edits and read[p.name].verdict == "apply"
+                       and any(" " in e.old for e in read[p.name].steps[0][1]))
+    target, edits = read[name].steps[0]
+    installed = engine_probe.source_file(target.module)
+    copy = tmp_path / installed.name
+    copy.write_text(installed.read_text(encoding="utf-8"), encoding="utf-8")
+    real = engine_probe.source_file
+    monkeypatch.setattr(engine_probe, "source_file", lambda module: copy if module == target.module else real(module))
+
+    def later_process():
+        engine_probe.method_source.cache_clear()  # nothing read yet in a new process
+        source_text._read.cache_clear()
+        return plan_cache.planned(patches.PATCHES, release)
+
+    assert later_process() == read
+    old = next(e.old for e in edits if " " in e.old)
+    copy.write_text(copy.read_text(encoding="utf-8").replace(old, old.replace(" ", "  ", 1)), encoding="utf-8")
+    replanned = later_process()
+    assert replanned[name].verdict != "apply", replanned[name]
+    assert replanned == unit.plan_all(patches.PATCHES, release)
