@@ -144,7 +144,7 @@ def child(scenario: str, modules: list) -> None:
         result["registered"] = len(report.registered)
         result["patches"] = {v: sum(p.verdict == v for p in report.patches.values()) for v in ("apply", "not needed")}
         result["applied_now"] = sum(bool(p._originals) for p in PATCHES)
-        probe.method_source.cache_clear()
+        probe.source_in.cache_clear()
         source_text._read.cache_clear()
         started = time.perf_counter()
         plan_all(PATCHES, report.sglang_version)

@@ -115,16 +115,22 @@ def resolve_method(module_name: str, qualname: str):
     return None if func is None else (owner, attr, func)
 
 
-@functools.lru_cache(maxsize=None)
 def method_source(module_name: str, qualname: str) -> Optional[str]:
     """The source of ``module:Class.method`` (or of the top-level function
     ``module:name``) read from the installed file, without importing anything
     (SGLang's runner packages take seconds to import, and most processes never
     need them); None when absent. Only top-level classes and their directly
-    defined methods, and top-level functions, are found."""
+    defined methods, and top-level functions, are found. The text is read once
+    per process (:func:`source_in`); every call counts the file as read by the
+    :func:`.source_text.recording` blocks open (a cache entry's key must name it
+    whether this process read it before the block or not)."""
     path = source_file(module_name)
-    if path is None:
-        return None
+    return None if path is None else source_in(path, qualname)
+
+
+@functools.lru_cache(maxsize=None)
+def source_in(path: Path, qualname: str) -> Optional[str]:
+    """:func:`method_source` in the file at ``path`` (cached per process)."""
     return method_in_file(path, qualname) if "." in qualname else function_in_file(path, qualname)
 
 

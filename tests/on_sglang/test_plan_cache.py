@@ -1,5 +1,7 @@
 """The patches' plans kept between processes (patches/plan_cache.py) are the plans read off the release."""
 
+import json
+
 from sglang_spec_plugins import patches
 from sglang_spec_plugins.engine import probe as engine_probe, source_text
 from sglang_spec_plugins.engine.probe import probe
@@ -49,7 +51,7 @@ def test_an_edited_sglang_file_is_planned_again(monkeypatch, tmp_path):
     monkeypatch.setattr(engine_probe, "source_file", lambda module: copy if module == target.module else real(module))
 
     def later_process():
-        engine_probe.method_source.cache_clear()  # nothing read yet in a new process
+        engine_probe.source_in.cache_clear()  # nothing read yet in a new process
         source_text._read.cache_clear()
         return plan_cache.planned(patches.PATCHES, release)
 
@@ -59,3 +61,17 @@ def test_an_edited_sglang_file_is_planned_again(monkeypatch, tmp_path):
     replanned = later_process()
     assert replanned[name].verdict != "apply", replanned[name]
     assert replanned == unit.plan_all(patches.PATCHES, release)
+
+
+def test_the_files_read_before_planning_in_the_process_are_in_the_entry(monkeypatch, tmp_path):
+    """Sources this process had read already (the probe, an earlier plan) count as read by the planning: an
+    entry naming none of them would outlive any edit of those files."""
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    release = probe().version
+    unit.plan_all(patches.PATCHES, release)  # every target read, outside any recording
+    plan_cache.planned(patches.PATCHES, release)
+    (entry,) = (tmp_path / "cache").iterdir()
+    recorded = set(json.loads(entry.read_text())["paths"])
+    targets = {str(path) for patch in patches.PATCHES for target in patch.alternatives
+               for path in [engine_probe.source_file(target.module)] if path is not None}
+    assert targets and targets <= recorded, sorted(targets - recorded)
