@@ -160,8 +160,9 @@ class _Watch:
         while True:
             with self._cond:
                 now = time.monotonic()
-                due = sorted((deadline, token) for token, (deadline, _) in self._running.items() if deadline <= now)
-                lines = [self._running.pop(token)[1] for _, token in due]
+                due = sorted((t for t, (deadline, _) in self._running.items() if deadline <= now),
+                             key=lambda t: self._running[t][0])
+                lines = [self._running.pop(token)[1] for token in due]
                 if not lines:
                     self._cond.wait(min((deadline for deadline, _ in self._running.values()), default=now + SLOW_S) - now)
             for line in lines:
