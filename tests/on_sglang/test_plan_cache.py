@@ -68,10 +68,11 @@ def test_the_files_read_before_planning_in_the_process_are_in_the_entry(monkeypa
     entry naming none of them would outlive any edit of those files."""
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
     release = probe().version
-    unit.plan_all(patches.PATCHES, release)  # every target read, outside any recording
-    plan_cache.planned(patches.PATCHES, release)
+    engine_probe.source_in.cache_clear()
+    source_text._read.cache_clear()
+    with source_text.recording() as read:  # nothing read yet: every file planning reads or looks for
+        unit.plan_all(patches.PATCHES, release)
+    plan_cache.planned(patches.PATCHES, release)  # each of them read already in this process
     (entry,) = (tmp_path / "cache").iterdir()
     recorded = set(json.loads(entry.read_text())["paths"])
-    targets = {str(path) for patch in patches.PATCHES for target in patch.alternatives
-               for path in [engine_probe.source_file(target.module)] if path is not None}
-    assert targets and targets <= recorded, sorted(targets - recorded)
+    assert read and read <= recorded, sorted(read - recorded)
