@@ -6,7 +6,7 @@ unless its :class:`~sglang_spec_plugins.hookspecs.AlgorithmSpec` declares
 the answer in ``capabilities``. Each entry below is one such question: the
 release that first asks it, SGLang's default, and what SGLang does with it.
 A declared capability the installed release does not ask is logged at load
-and has no effect. Nothing here imports SGLang.
+(DEBUG) and has no effect. Nothing here imports SGLang.
 """
 
 from __future__ import annotations

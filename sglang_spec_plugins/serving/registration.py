@@ -67,7 +67,8 @@ def register_all(
                     f"SGLang {probe.version} refused algorithm {offered.name} (plugin {offered.plugin!r}): {exc}"
                 ) from exc
             for name in unasked_capabilities(offered.spec.capabilities, probe):
-                logger.warning("sglang-spec-plugins: algorithm %s (plugin %s) declares %s, which SGLang %s does not ask "
+                # a detail (DEBUG): a plugin written for every release declares what older ones never ask
+                logger.debug("sglang-spec-plugins: algorithm %s (plugin %s) declares %s, which SGLang %s does not ask "
                                "(SGLang %s+): it has no effect", offered.name, offered.plugin, name, probe.version,
                                CAPABILITIES[name].since)
             done.append(offered.name)

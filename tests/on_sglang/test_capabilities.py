@@ -2,6 +2,7 @@
 ask them; elsewhere the loader says they have no effect; the rest keep
 SGLang's default."""
 
+import logging
 import textwrap
 
 import pytest
@@ -34,6 +35,8 @@ def asked(name):
 @pytest.fixture
 def algorithms(sglang_loaded, site, caplog):
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    caplog.set_level(logging.DEBUG, logger="sglang_spec_plugins")  # the note is a detail: DEBUG
 
     site.add("caps-drafter", {"caps": "caps_mod"}, {"caps_mod": DRAFTER})
     sglang_loaded('[plugins]\nenable = ["caps"]\n')
