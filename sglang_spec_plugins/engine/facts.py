@@ -47,7 +47,8 @@ def dp_attention(server_args: Any) -> bool:
 def graph_batch_sizes(server_args: Any) -> Optional[Tuple[int, ...]]:
     """The batch sizes SGLang captures decode and TARGET_VERIFY CUDA graphs at,
     as the resolved arguments list them (``cuda_graph_config.decode`` on
-    0.5.16+, ``cuda_graph_bs`` before), at most ``max_running_requests``
+    0.5.16+; where a release folds that in only later, as 0.5.19 does, the
+    ``--cuda-graph-bs-decode`` list; ``cuda_graph_bs`` before 0.5.16), at most ``max_running_requests``
     where it is set (SGLang then captures that size itself); ``()`` when
     those graphs are off; None where the arguments list no sizes."""
     decode = getattr(getattr(server_args, "cuda_graph_config", None), "decode", None)
@@ -55,10 +56,11 @@ def graph_batch_sizes(server_args: Any) -> Optional[Tuple[int, ...]]:
         if getattr(decode, "backend", None) == "disabled":
             return ()
         sizes = getattr(decode, "bs", None)
-    elif getattr(server_args, "disable_cuda_graph", False):
+    elif (getattr(server_args, "disable_cuda_graph", False)
+          or getattr(server_args, "cuda_graph_backend_decode", None) == "disabled"):
         return ()
     else:
-        sizes = getattr(server_args, "cuda_graph_bs", None)
+        sizes = getattr(server_args, "cuda_graph_bs_decode", None) or getattr(server_args, "cuda_graph_bs", None)
     if not sizes:
         return None
     cap = getattr(server_args, "max_running_requests", None)

@@ -14,8 +14,10 @@ import soak  # noqa: E402
 def test_the_soaks_engine_arguments_and_server_flags_are_the_releases_own():
     from sglang.srt.server_args import ServerArgs
 
-    options = types.SimpleNamespace(max_total_tokens=8192, concurrency=128, cuda_graph=False)
-    for spec in (False, True):
+    plain = types.SimpleNamespace(max_total_tokens=8192, concurrency=128, cuda_graph=False, algorithm="PROMPT_LOOKUP",
+                                  draft=None)
+    drafted = types.SimpleNamespace(**dict(vars(plain), algorithm="DFLASH_BLOCK", draft="/tmp/draft"))
+    for options, spec in ((plain, False), (plain, True), (drafted, True)):
         kwargs = soak.engine_kwargs(options, spec)
         assert set(kwargs) <= set(inspect.signature(ServerArgs).parameters)
         assert {"attention_backend", "disable_cuda_graph", "max_total_tokens", "disable_radix_cache"} <= set(kwargs)
