@@ -24,8 +24,8 @@ batch_prefill_tmp_s ... Increase the workspace buffer size") when their sum
 exceeds the workspace. Read off flashinfer 0.6.14; SGLang 0.5.16 sizes its
 full-graph EXTEND workspace by the same rule
 (``FlashInferAttnBackend._full_cg_prefill_workspace_bytes``). Without the SM
-count (``check`` on a machine without the GPU) the ``2 * num_SMs`` floor is
-left out, so the figure is a lower bound.
+count (the start-up check does not ask the GPU) the ``2 * num_SMs`` floor is
+left out, so the figure is a lower bound (the floor only raises small plans).
 """
 
 from __future__ import annotations

@@ -7,7 +7,9 @@ one environment variable, an ``EnvInt`` of ``sglang/srt/environ.py``'s
 variable for some model architectures (Qwen2/Qwen3 and others: 512 MiB,
 whatever the operator set) and for deterministic inference (2 GiB, and no
 split KV in graphs, so the verify takes no split-KV buffers). Both are read
-from the files with ``ast``, nothing is imported.
+from the files with ``ast``, nothing is imported; what they say is kept
+between processes (:func:`.source_cache.cached_reading`, keyed by the files
+read), so a server's start-up check does not parse ``environ.py`` again.
 """
 
 from __future__ import annotations
@@ -15,11 +17,14 @@ from __future__ import annotations
 import ast
 import functools
 import os
+import sys
 import textwrap
 from dataclasses import dataclass, field
 from typing import Dict, Mapping, Optional, Sequence, Tuple
 
+from . import probe, source_text
 from .probe import method_source, source_file
+from .source_cache import cached_reading
 
 
 @dataclass(frozen=True)
@@ -50,6 +55,12 @@ class WorkspaceSetting:
 @functools.lru_cache(maxsize=None)
 def workspace_setting() -> Optional[WorkspaceSetting]:
     """The installed release's setting, or None where its source does not say it as described above."""
+    return cached_reading("flashinfer-workspace", [], [sys.modules[__name__], probe, source_text], _read_setting,
+                          lambda found: None if found is None else [found.env, found.default, found.forced],
+                          lambda data: None if data is None else WorkspaceSetting(data[0], data[1], dict(data[2])))
+
+
+def _read_setting() -> Optional[WorkspaceSetting]:
     path = source_file("sglang.srt.environ")
     if path is None:
         return None
@@ -85,17 +96,6 @@ def _forced(env: str) -> Dict[str, int]:
                 if size is not None:
                     forced.update(dict.fromkeys(names, size))
     return forced
-
-
-def sm_count() -> Optional[int]:
-    """The streaming multiprocessors of this machine's first CUDA device; None without one."""
-    try:
-        import torch
-    except ImportError:
-        return None
-    if not torch.cuda.is_available():
-        return None
-    return torch.cuda.get_device_properties(0).multi_processor_count
 
 
 def _constant(node: ast.AST) -> Optional[int]:

@@ -29,16 +29,16 @@ ROUND_TO = 64 << 20
 
 
 def workspace_faults(policy: VerifyPolicy, server_args: Any, version: str, ndt: int, backends: Mapping[str, str],
-                     capture_sizes: Optional[Sequence[int]] = None, sm_count: Optional[int] = None,
-                     model_path: Optional[str] = None) -> List[str]:
+                     capture_sizes: Optional[Sequence[int]] = None, model_path: Optional[str] = None) -> List[str]:
     """The refusal (one line, or none) of the target's verify graphs at ``ndt``
     whose flashinfer plan overflows the workspace. ``server_args``: SGLang's
     (None where ``check`` could not build them: one rank, no deterministic
     inference); ``capture_sizes``: the batch sizes captured (default: those
-    ``server_args`` lists); ``sm_count``: the GPU's (default: this machine's
-    first CUDA device; unknown, the need is a lower bound); ``model_path``:
-    the target's (default: ``server_args``')."""
-    from ..engine.flashinfer_workspace import sm_count as device_sm_count, workspace_setting
+    ``server_args`` lists); ``model_path``: the target's (default:
+    ``server_args``'). The need is a lower bound: the GPU's SM count (a floor
+    that only raises small plans) is not asked, so that resolving a server's
+    arguments never touches CUDA."""
+    from ..engine.flashinfer_workspace import workspace_setting
 
     if backends.get(TARGET) != "flashinfer" or getattr(server_args, "enable_deterministic_inference", False):
         return []  # deterministic inference plans graphs without split KV
@@ -55,12 +55,11 @@ def workspace_faults(policy: VerifyPolicy, server_args: Any, version: str, ndt: 
     size, source, settable = configured
     buckets = policy.widths_by_batch_size(ndt, False)
     pairs = graph_pairs(buckets, sizes) if buckets is not None else [(s, policy.width(ndt, False)) for s in sizes]
-    sm_count = sm_count if sm_count is not None else device_sm_count()
-    found = largest_need(pairs, shape, sm_count)
+    found = largest_need(pairs, shape)
     if found is None or found[0] <= size:
         return []
     need, batch_size, width = found
-    bound = "" if sm_count is not None else " at least (the GPU's SM count is unknown here)"
+    bound = " at least (without the SM-count floor, which only raises small plans)"
     suggested = -(-need // ROUND_TO) * ROUND_TO
     fix = (f"set {setting.env}={suggested} ({suggested >> 20} MiB) or more in the server's environment"
            if settable else "the variable cannot raise it for this architecture")
