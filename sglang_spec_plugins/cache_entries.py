@@ -22,7 +22,7 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Iterable, Mapping, Optional, Tuple
 
 CACHE_ENV = "SGLANG_SPEC_PLUGINS_CACHE"
 """Environment variable: the cache directory, or ``off``."""
@@ -37,6 +37,16 @@ def cache_dir(environ: Mapping[str, str] = os.environ) -> Optional[Path]:
         return None if named.lower() == "off" else Path(named)
     base = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base, "sglang-spec-plugins")
+
+
+def file_stamp(path: str) -> Tuple[Optional[int], Optional[int]]:
+    """(size, modification time in ns) of a file, or (None, None) where it is not there: how an
+    entry judges that a file it depends on is as it was."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None, None
+    return info.st_size, info.st_mtime_ns
 
 
 def digest(data: Any) -> str:

@@ -28,9 +28,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, List, Mapping, Optional, Sequence
 
-from .cache_entries import cache_dir, digest, read_entry, write_entry
+from .cache_entries import cache_dir, digest, file_stamp, read_entry, write_entry
 
-FORMAT = 1
+FORMAT = 2
 """The layout of an entry; a change makes every older entry a miss."""
 
 _FIELDS = ("folders", "infos", "value")
@@ -46,11 +46,11 @@ def plugin_entry_points(group: str, environ: Mapping[str, str] = os.environ) -> 
     path = where / f"plugin-distributions-{key[:20]}.json"
     folders = [_folder(entry) for entry in sys.path]
     entry = read_entry(path, key, _FIELDS)
-    if entry is not None and entry["folders"] == folders and all(_stat(p) == was for p, *was in entry["infos"]):
+    if entry is not None and entry["folders"] == folders and all(list(file_stamp(p)) == was for p, *was in entry["infos"]):
         kept = _read_kept(entry["value"], group)
         if kept is not None:
             return kept
-    infos = [[p, *_stat(p)] for p in _entry_points_files(sys.path)]  # before the scan: a later change shows
+    infos = [[p, *file_stamp(p)] for p in _entry_points_files(sys.path)]  # before the scan: a later change shows
     found = list(metadata.entry_points(group=group))
     holders = list(dict.fromkeys(_dist_folder(ep) for ep in found))
     if None not in holders:
@@ -101,15 +101,6 @@ def _entry_points_files(paths: Sequence[str]) -> List[str]:
             continue
         found.extend(os.path.join(entry or ".", name, "entry_points.txt") for name in names)
     return found
-
-
-def _stat(path: str) -> List[int]:
-    """[size, modification time in ns], or [] where absent."""
-    try:
-        info = os.stat(path)
-    except OSError:
-        return []
-    return [info.st_size, info.st_mtime_ns]
 
 
 def _only_pythons_finder() -> bool:

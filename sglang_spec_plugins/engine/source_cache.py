@@ -37,7 +37,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple, TypeVar
 
-from ..cache_entries import CACHE_ENV, cache_dir, digest, read_entry, write_entry
+from ..cache_entries import CACHE_ENV, cache_dir, digest, file_stamp, read_entry, write_entry
 
 __all__ = ["CACHE_ENV", "cache_dir", "cached", "cached_reading", "python_files"]
 
@@ -119,7 +119,7 @@ def cached_reading(kind: str, key: Any, reader: Sequence[ModuleType], compute: C
     path = where / f"{kind}-{full_key[:20]}.json"
     entry = read_entry(path, full_key, _FIELDS)
     if entry is not None:
-        files = [(name, name, *_stat(name)) for name in entry.get("paths", ())]
+        files = [(name, name, *file_stamp(name)) for name in entry.get("paths", ())]
         times = digest([[name, size, mtime] for name, _, size, mtime in files])
         same = entry["times"] == times or entry["content"] == _content_digest(files)
         value = _decoded(entry, decode, path) if same else None
@@ -134,25 +134,16 @@ def cached_reading(kind: str, key: Any, reader: Sequence[ModuleType], compute: C
     except Exception as exc:  # a value the entry cannot hold: computed, not kept
         logger.debug("sglang-spec-plugins: cache entry %s not written: %s: %s", path, type(exc).__name__, exc)
         return value
-    files = [(name, name, *_stat(name)) for name in sorted(read)]
+    files = [(name, name, *file_stamp(name)) for name in sorted(read)]
     write_entry(path, {"key": full_key, "paths": sorted(read), "content": _content_digest(files),
                   "times": digest([[name, size, mtime] for name, _, size, mtime in files]), "value": encoded})
     return value
 
 
-def _stat(path: str) -> Tuple[Optional[int], Optional[int]]:
-    """(size, modification time in ns), or (None, None) for a file that is not there."""
-    try:
-        stat = os.stat(path)
-    except OSError:
-        return None, None
-    return stat.st_size, stat.st_mtime_ns
-
-
 def _module_text(module: ModuleType) -> List[Any]:
     """A reading module as the key holds it: its file, size and modification
     time (how Python's own bytecode cache judges a source file)."""
-    return [module.__name__, *_stat(module.__file__)]
+    return [module.__name__, *file_stamp(module.__file__)]
 
 
 def _content_digest(files: Iterable[SourceFile]) -> str:
