@@ -33,8 +33,12 @@ def greedy_refusal(req: Any, algorithm: str) -> Optional[str]:
         (getattr(req, "grammar", None) is not None, "grammar-constrained decoding"),
     ]
     found = [why for hit, why in reasons if hit]
-    return f"{algorithm} speculative decoding serves greedy requests only; this one asks for {', '.join(found)}" \
-        if found else None
+    return refusal_head(algorithm) + ", ".join(found) if found else None
+
+
+def refusal_head(algorithm: str) -> str:
+    """How every :func:`greedy_refusal` of ``algorithm`` begins (a client or a soak tells refusals by it)."""
+    return f"{algorithm} speculative decoding serves greedy requests only; this one asks for "
 
 
 def refuse_unservable(batch: Any, refusal: Callable[[Any], Optional[str]]) -> None:

@@ -57,22 +57,18 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from sglang_spec_plugins.engine.greedy_step import refusal_head
+
 HERE = Path(__file__).resolve().parent
 ENGINE_DIR = HERE / "engine"
 DRAFTERS = {"PROMPT_LOOKUP": ENGINE_DIR / "plugins_widths.toml", "DFLASH_BLOCK": ENGINE_DIR / "plugins_draft.toml"}
 """The drafters a soak serves (``--algorithm``) and the plugins.toml each runs with: PROMPT_LOOKUP with
 widths by batch size, DFLASH_BLOCK (a draft model, ``--draft``) at the full block."""
 NDT = 4
-
-
-def refusal(algorithm: str) -> str:
-    """How the plugin's per-request refusal starts (``engine.greedy_step.greedy_refusal``)."""
-    return f"{algorithm} speculative decoding serves greedy requests only; this one asks for "
 PHASES = ("plain", "spec", "http")
 MAX_MARGINS = 60
 """Divergences measured per phase (the first ones, by request order)."""
 NO_PLUGIN = "none-selected"
-
 
 
 def engine_kwargs(args, spec: bool) -> dict:
@@ -201,7 +197,7 @@ async def measure_margins(engine, args, plain: dict) -> dict:
             found[phase] = {"skipped": "no outcomes before the budget ran out"}
             continue
         await asyncio.sleep(1)  # written whole: the writer renames a complete file into place
-        divergent = verdict(batch, read_outcomes(path), refusal(args.algorithm), {rid: o["output_ids"] for rid, o in plain.items()})["divergent"]
+        divergent = verdict(batch, read_outcomes(path), refusal_head(args.algorithm), {rid: o["output_ids"] for rid, o in plain.items()})["divergent"]
         rows = []
         for d in divergent[:MAX_MARGINS]:
             prompt = list(by_rid[d["rid"]].input_ids) + plain[d["rid"]]["output_ids"][:d["at"]]
@@ -382,7 +378,7 @@ def coordinate(args) -> int:
             planned = [r for r in (batch[:args.http_requests] if phase == "http" else batch)
                        if phase != "plain" or r.kind == "greedy"]
             served = [r for r in planned if r.rid in sent]
-            found = verdict(served, sent, refusal(args.algorithm), plain if phase != "plain" else None)
+            found = verdict(served, sent, refusal_head(args.algorithm), plain if phase != "plain" else None)
             entry["verdict"] = found
             entry["tokens_per_s"] = round(found["tokens"] / record["wall_s"], 1) if record.get("wall_s") else None
         problems = list(entry.get("verdict", {}).get("problems", ["no outcomes"]))
