@@ -12,12 +12,24 @@ Each cell runs its requests once untimed (kernels warm; 16 tokens, or the cell's
 settles) and once timed.
 
     python3 benchmarks/e2e_speculative.py run --out OUT [--state DIR] [--deadline S] [--only LABEL,...]
+    python3 benchmarks/e2e_speculative.py together --out OUT --labels A,B,... [--rounds N] [--state DIR] [--deadline S]
     python3 benchmarks/e2e_speculative.py tables RESULTS.jsonl           (anywhere: the README tables)
 
 ``run`` starts each engine not yet in the results in its own process (one engine = one server: start,
 capture, every cell, shut down), until ``--deadline`` seconds from its start leave no time for the next;
 ``--state DIR`` holds the results (and the recorded continuations) of earlier calls, copied into ``OUT`` first,
 so that calls of under 9 minutes each complete the set. See ``benchmarks/README.md`` for the H200 commands.
+
+``together`` keeps a group of engines resident on the GPU at once and times them in turns: each engine
+starts after the one before it is up (so each sizes its memory with the others' already taken), then every
+round runs each engine's cells once, one engine at a time, the order rotated each round; a record's
+``cells`` are the medians over the rounds and ``rounds`` keeps each round. Engines timed in the same round
+ran minutes apart on the same GPU, so their ratios are not at the mercy of the 10-15% by which single
+timed runs of separate engines (and calls) have differed.
+
+The ``dflash*`` engines are issue 22's speed comparison: SGLang's own DFLASH against the DFLASH_BLOCK example
+at the full block (W = B = 16) and below it (W = 4), with a two-layer DFlash-layout draft of dummy weights
+(``tools/gpu/engine/make_model.py``), batches 1-64 (``draft_model_table``).
 """
 
 from __future__ import annotations
@@ -31,6 +43,8 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -47,6 +61,14 @@ LLAMA3_8B = dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32
                  rope_theta=500000.0, rms_norm_eps=1e-5, bos_token_id=128000, eos_token_id=128001,
                  tie_word_embeddings=False)
 MODEL = Path(os.environ.get("E2E_MODEL", "/tmp/llama3-8b-shape"))
+DRAFT = Path(os.environ.get("E2E_DRAFT", "/tmp/llama3-8b-shape-dflash-draft"))
+DRAFT_BATCHES = (1, 8, 32, 64)
+MAX_TOTAL_TOKENS = 36864
+"""Every engine's KV pool is capped at this many tokens (128 requests x (64 + 128 + 16) need 26,624): five
+engines resident together (``together``) then fit on one H200 (~16 GB of weights, 4.8 GB of KV each)."""
+NO_PLUGIN = {"SGLANG_PLUGINS": "none-selected"}
+"""The environment of an engine SGLang serves alone (plain, NGRAM, native DFLASH): SGLang's ``load_plugins()``
+starts no plugin, so this package's loader neither registers nor patches anything in its processes."""
 RESULTS = "e2e_speculative.jsonl"
 CONTINUATIONS = "continuations.json"
 
@@ -79,10 +101,15 @@ ENGINES: Dict[str, Dict[str, Any]] = {
     # killed on 2026-12-02 (rc -9, 58 s: SGLang stops every process when a scheduler fails) without the variable
     "ngram_ndt16": {"kind": "ngram", "ndt": 16, "env": WIDE_WORKSPACE},
     "plain_sync": {"kind": "plain", "sync": True},
+    "dflash_native_ndt16": {"kind": "dflash", "ndt": 16, "batches": DRAFT_BATCHES},
+    "dflash_block_ndt16": {"kind": "dflash_block", "ndt": 16, "batches": DRAFT_BATCHES},
+    "dflash_block_w4_ndt16": {"kind": "dflash_block", "ndt": 16, "width": 4, "batches": DRAFT_BATCHES},
 }
 """In the order they run: plain first (it records the continuations every other engine drafts). A static
 width below 16 runs once, at ndt 8: at ndt 16 the same width differs only in the KV it reserves ahead.
-``plain_sync`` (plain decoding without the overlap scheduler, as every speculative engine here runs) last."""
+``plain_sync`` (plain decoding without the overlap scheduler, as every speculative engine here runs) and the
+``dflash*`` engines (batches 1-64; their tokens are never accepted with dummy weights) come last."""
+PLUGIN_KINDS = ("static", "by_batch", "controller", "dflash_block")
 
 
 def prompts(batch: int) -> List[List[int]]:
@@ -95,7 +122,12 @@ def table_text(table: Dict[int, Any]) -> str:
 
 
 def plugins_toml(spec: Dict[str, Any], continuations: Path) -> str:
-    """plugins.toml of a CONTROLLED_ACCEPTANCE engine."""
+    """plugins.toml of a CONTROLLED_ACCEPTANCE engine, or of a DFLASH_BLOCK one."""
+    if spec["kind"] == "dflash_block":
+        lines = ['[plugins]', 'enable = ["dflash_block"]']
+        if "width" in spec:
+            lines += ['[algorithms.DFLASH_BLOCK]', f"verify_width = {spec['width']}"]
+        return "\n".join(lines) + "\n"
     lines = ['[plugins]', 'enable = ["controlled_acceptance"]', '[algorithms.CONTROLLED_ACCEPTANCE]',
              f'continuations = "{continuations}"', f"max_tokens_per_req = {spec['ndt']}"]
     if spec["kind"] == "static":
@@ -124,22 +156,32 @@ def graphs_estimate(spec: Dict[str, Any]) -> Optional[Dict[str, Any]]:
 
 
 def write_model() -> None:
-    if (MODEL / "config.json").exists():
-        return
-    from transformers import LlamaConfig
+    """The target's config.json and the DFLASH engines' two-layer draft (config only: both dummy weights)."""
+    if not (MODEL / "config.json").exists():
+        from transformers import LlamaConfig
 
-    LlamaConfig(**LLAMA3_8B, architectures=["LlamaForCausalLM"]).save_pretrained(MODEL)  # SGLang picks the model class by it
+        LlamaConfig(**LLAMA3_8B, architectures=["LlamaForCausalLM"]).save_pretrained(MODEL)  # SGLang picks the model class by it
+    if not (DRAFT / "config.json").exists():
+        make_model = Path(__file__).resolve().parent.parent / "tools" / "gpu" / "engine" / "make_model.py"
+        subprocess.run([sys.executable, str(make_model), str(DRAFT), "--draft-for", str(MODEL), "--block", "16",
+                        "--layers", "2"], check=True)
 
 
 def engine_kwargs(spec: Dict[str, Any]) -> Dict[str, Any]:
+    batches = list(spec.get("batches", BATCHES))
     kwargs = dict(model_path=str(MODEL), load_format="dummy", skip_tokenizer_init=True, attention_backend="flashinfer",
-                  mem_fraction_static=0.75, max_running_requests=max(BATCHES), disable_radix_cache=True,
-                  cuda_graph_bs_decode=list(BATCHES), disable_prefill_cuda_graph=True, random_seed=0, log_level="info")
+                  mem_fraction_static=0.75, max_total_tokens=MAX_TOTAL_TOKENS, max_running_requests=max(batches),
+                  disable_radix_cache=True, cuda_graph_bs_decode=batches, disable_prefill_cuda_graph=True, random_seed=0,
+                  log_level="info")
     if spec.get("sync"):
         kwargs["disable_overlap_schedule"] = True
     if spec["kind"] == "ngram":
         kwargs.update(speculative_algorithm="NGRAM", speculative_num_draft_tokens=spec["ndt"], speculative_eagle_topk=1,
                       speculative_num_steps=spec["ndt"] - 1, disable_overlap_schedule=True)
+    elif spec["kind"] in ("dflash", "dflash_block"):
+        kwargs.update(speculative_algorithm="DFLASH" if spec["kind"] == "dflash" else "DFLASH_BLOCK",
+                      speculative_num_draft_tokens=spec["ndt"], speculative_draft_model_path=str(DRAFT),
+                      speculative_draft_load_format="dummy", disable_overlap_schedule=True)
     elif spec["kind"] != "plain":
         kwargs.update(speculative_algorithm="CONTROLLED_ACCEPTANCE", speculative_num_draft_tokens=spec["ndt"],
                       disable_overlap_schedule=True)
@@ -171,37 +213,82 @@ def cell(engine, batch: int, acceptance: Optional[float], controller: bool) -> D
             "committed_per_verify": round((tokens - len(outputs)) / verify, 3) if verify else None}
 
 
-def engine_main(label: str, out: Path) -> Dict[str, Any]:
-    """One engine: start it, run every cell, shut it down; its result record."""
+def prepare_engine(label: str, out: Path) -> Dict[str, Any]:
+    """Set this process's environment up for the engine ``label`` (its plugins.toml, or no plugin); its record."""
     spec = ENGINES[label]
     record: Dict[str, Any] = {"label": label, **spec, "ok": False}
-    continuations = out / CONTINUATIONS
-    if spec["kind"] in ("static", "by_batch", "controller"):
+    if spec["kind"] in PLUGIN_KINDS:
         config = out / "configs" / f"{label}.toml"
         config.parent.mkdir(parents=True, exist_ok=True)
-        config.write_text(plugins_toml(spec, continuations))
+        config.write_text(plugins_toml(spec, out / CONTINUATIONS))
         os.environ["SGLANG_SPEC_PLUGINS_CONFIG"] = str(config)
         record["plugins_toml"] = config.read_text()
-        record["graphs_estimate"] = graphs_estimate(spec)
+        if spec["kind"] != "dflash_block":
+            record["graphs_estimate"] = graphs_estimate(spec)
+    else:
+        os.environ.update(NO_PLUGIN)
     os.environ.update(spec.get("env", {}))
+    return record
+
+
+def launch_engine(record: Dict[str, Any], out: Path):
+    """Start the engine of a prepared ``record`` (the plain engine also records the continuations)."""
     import sglang
     import torch
 
     record.update(sglang=sglang.__version__, torch=torch.__version__, device=torch.cuda.get_device_name(0))
     started = time.perf_counter()
-    engine = sglang.Engine(**engine_kwargs(spec))
+    engine = sglang.Engine(**engine_kwargs(ENGINES[record["label"]]))
     record["engine_start_s"] = round(time.perf_counter() - started, 1)
-    if label == "plain":  # the continuations every CONTROLLED_ACCEPTANCE engine drafts
+    if record["label"] == "plain":  # the continuations every CONTROLLED_ACCEPTANCE engine drafts
         runs = []
         for batch in BATCHES:
             outputs, _ = generate(engine, batch, RECORDED, None)
             runs += [(p, o["output_ids"]) for p, o in zip(prompts(batch), outputs)]
         from controlled_acceptance_drafter.record import record as make_record
 
-        continuations.write_text(json.dumps(make_record(runs)))
-    plugin = spec["kind"] in ("static", "by_batch", "controller")
-    record["cells"] = [cell(engine, batch, acceptance, spec["kind"] == "controller") for acceptance in (ACCEPTANCES if plugin else (None,))
-                       for batch in BATCHES]
+        (out / CONTINUATIONS).write_text(json.dumps(make_record(runs)))
+    return engine
+
+
+def engine_cells(engine, label: str) -> List[Dict[str, Any]]:
+    """Every cell of the engine ``label``: each batch size at each acceptance (once for an engine that drafts
+    without the continuations)."""
+    spec = ENGINES[label]
+    acceptances = ACCEPTANCES if spec["kind"] in ("static", "by_batch", "controller") else (None,)
+    return [cell(engine, batch, acceptance, spec["kind"] == "controller") for acceptance in acceptances
+            for batch in spec.get("batches", BATCHES)]
+
+
+def engine_main(label: str, out: Path) -> Dict[str, Any]:
+    """One engine: start it, run every cell, shut it down; its result record."""
+    record = prepare_engine(label, out)
+    engine = launch_engine(record, out)
+    record["cells"] = engine_cells(engine, label)
+    engine.shutdown()
+    record["ok"] = True
+    return record
+
+
+def resident_main(label: str, out: Path, address: str) -> Dict[str, Any]:
+    """One engine of a ``together`` group, driven over a connection to the coordinator at ``address``: it
+    says ``imported`` once SGLang is imported (while the engines before it start), starts on ``start``,
+    answers each ``cells`` with one run of its cells, and shuts down on ``stop``; its result record (without
+    cells: the coordinator keeps them)."""
+    from multiprocessing.connection import Client
+
+    record = prepare_engine(label, out)
+    import sglang  # noqa: F401 - the import's seconds overlap the other engines' starts
+    import torch  # noqa: F401
+
+    conn = Client(address, family="AF_UNIX")
+    conn.send(("imported", label))
+    if conn.recv() != "start":
+        return {"label": label, "ok": False, "error": "stopped before its start"}
+    engine = launch_engine(record, out)
+    conn.send(("ready", record))
+    while conn.recv() == "cells":
+        conn.send(("cells", engine_cells(engine, label)))
     engine.shutdown()
     record["ok"] = True
     return record
@@ -233,29 +320,54 @@ def done_labels(results: Path) -> set:
             if line.strip() and json.loads(line).get("ok")}
 
 
-def run_engine(label: str, out: Path, log: Path, timeout: float) -> Any:
-    """The engine in its own process group (SGLang's scheduler processes with it), killed at ``timeout``."""
+def engine_process(command: List[str], out: Path, log: Path) -> subprocess.Popen:
+    """``e2e_speculative.py COMMAND --out OUT`` in its own process group (SGLang's scheduler processes with it),
+    from /tmp (no ./plugins.toml there: the engine's environment says what the loader loads)."""
     with open(log, "w") as sink:
-        proc = subprocess.Popen([sys.executable, __file__, "engine", label, "--out", str(out)], stdout=sink,
-                                stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"), start_new_session=True)
-        try:
-            return proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)
-            proc.wait()
-            return "killed at the deadline"
+        return subprocess.Popen([sys.executable, str(Path(__file__).resolve()), *command, "--out", str(out)], stdout=sink,
+                                stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"), cwd="/tmp",
+                                start_new_session=True)
+
+
+def run_engine(label: str, out: Path, log: Path, timeout: float) -> Any:
+    """The engine ``label`` alone, killed at ``timeout``; its return code."""
+    proc = engine_process(["engine", label], out, log)
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        proc.wait()
+        return "killed at the deadline"
+
+
+def result_line(log: Path) -> Optional[Dict[str, Any]]:
+    """The record an engine process printed last (``RESULT {...}``), None if it printed none."""
+    line = next((ln for ln in reversed(log.read_text(errors="replace").splitlines()) if ln.startswith("RESULT ")), None)
+    return json.loads(line[len("RESULT "):]) if line else None
+
+
+def seed_state(out: Path, state: Optional[str]) -> None:
+    """Copy an earlier call's results and continuations from ``state`` into ``out`` (where ``out`` has none)."""
+    if state:
+        for name in (RESULTS, CONTINUATIONS):
+            if (Path(state) / name).exists() and not (out / name).exists():
+                shutil.copy(Path(state) / name, out / name)
+
+
+def finish_record(record: Dict[str, Any], log: Path, started: float) -> Dict[str, Any]:
+    record.update(read_log(log), process_s=round(time.time() - started, 1),
+                  date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"), command=" ".join(sys.argv))
+    return record
 
 
 def run_main(args) -> int:
     began = time.time()
-    out = Path(args.out)
+    out = Path(args.out).resolve()
     (out / "logs").mkdir(parents=True, exist_ok=True)
-    if args.state:
-        for name in (RESULTS, CONTINUATIONS):
-            if (Path(args.state) / name).exists() and not (out / name).exists():
-                shutil.copy(Path(args.state) / name, out / name)
+    seed_state(out, args.state)
     write_model()
-    wanted = args.only.split(",") if args.only else [label for label in ENGINES if label != "plain_sync"]
+    wanted = args.only.split(",") if args.only else [label for label in ENGINES
+                                                     if label != "plain_sync" and not label.startswith("dflash")]
     for label in wanted:
         if label in done_labels(out / RESULTS):
             continue
@@ -269,16 +381,145 @@ def run_main(args) -> int:
         log = out / "logs" / f"{label}.log"
         started = time.time()
         rc = run_engine(label, out, log, timeout=left)
-        line = next((ln for ln in reversed(log.read_text(errors="replace").splitlines()) if ln.startswith("RESULT ")), None)
-        record = json.loads(line[len("RESULT "):]) if line else {"label": label, "ok": False, "rc": rc}
-        record.update(read_log(log), process_s=round(time.time() - started, 1),
-                      date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
-                      command=" ".join(sys.argv))
+        record = finish_record(result_line(log) or {"label": label, "ok": False, "rc": rc}, log, started)
         with open(out / RESULTS, "a") as f:
             f.write(json.dumps(record) + "\n")
         print(f"{label}: ok={record['ok']} {record['process_s']} s", flush=True)
     missing = [label for label in wanted if label not in done_labels(out / RESULTS)]
     print(f"done: {len(wanted) - len(missing)} of {len(wanted)}; missing: {', '.join(missing) or 'none'}", flush=True)
+    return 0
+
+
+def median_cells(rounds: List[List[Dict[str, Any]]]) -> List[Dict[str, Any]]:
+    """Cell by cell over the rounds, the cell of the median tokens/s (the lower middle one for an even count)."""
+    return [sorted(cells, key=lambda c: c["tokens_per_s"])[(len(cells) - 1) // 2] for cells in zip(*rounds)]
+
+
+class Group:
+    """Engines resident together, each its own process (``resident_main``) on a connection to this one."""
+
+    def __init__(self, labels: List[str], out: Path, deadline: float):
+        from multiprocessing.connection import Listener
+
+        self.out, self.deadline, self.began = out, deadline, {}
+        self.address = os.path.join(tempfile.mkdtemp(prefix="e2e-"), "group.sock")
+        self.listener = Listener(self.address, family="AF_UNIX")
+        self.procs = {label: engine_process(["resident", label, "--address", self.address], out, self.log(label))
+                      for label in labels}
+        self.conns: Dict[str, Any] = {}
+        self.records: Dict[str, Dict[str, Any]] = {}
+        threading.Thread(target=self._accept, args=(len(labels),), daemon=True).start()
+
+    def log(self, label: str) -> Path:
+        return self.out / "logs" / f"{label}.log"
+
+    def _accept(self, count: int) -> None:
+        for _ in range(count):
+            conn = self.listener.accept()
+            kind, label = conn.recv()
+            self.conns[label] = conn
+
+    def ask(self, label: str, message: str, expect: str, timeout: float) -> Any:
+        """Send ``message`` to ``label`` and wait for its ``expect`` answer; an engine that dies, or does not
+        answer in ``timeout`` seconds, is killed and its record says why (None)."""
+        ends = time.time() + timeout
+        while label not in self.conns and self.procs[label].poll() is None and time.time() < ends:
+            time.sleep(0.5)
+        conn = self.conns.get(label)
+        try:
+            if conn is not None:
+                conn.send(message)
+                while time.time() < ends and self.procs[label].poll() is None:
+                    if conn.poll(1.0):
+                        kind, value = conn.recv()
+                        if kind == expect:
+                            return value
+        except (EOFError, OSError):  # the engine's end of the connection closed: its process is ending
+            self.procs[label].wait(timeout=30)
+        if self.procs[label].poll() is None:
+            self.fail(label, f"no answer to {message!r} in {timeout:.0f} s")
+        else:
+            said = (result_line(self.log(label)) or {}).get("error", "")
+            self.fail(label, f"the process ended (rc {self.procs[label].returncode}) before answering {message!r}: {said}")
+        return None
+
+    def fail(self, label: str, why: str) -> None:
+        if self.procs[label].poll() is None:
+            os.killpg(self.procs[label].pid, 9)
+            self.procs[label].wait()
+        self.conns.pop(label, None)
+        record = self.records.setdefault(label, {"label": label, **ENGINES[label]})
+        record.update(ok=False, error=why)
+
+    def left(self) -> float:
+        return self.deadline - time.time()
+
+    def start(self, labels: List[str]) -> List[str]:
+        """Start the engines one after another; the labels that are up."""
+        up = []
+        for label in labels:
+            self.began[label] = time.time()
+            record = self.ask(label, "start", "ready", self.left())
+            if record is not None:
+                self.records[label] = record
+                up.append(label)
+            print(f"{label}: {'up' if record else 'failed'} after {time.time() - self.began[label]:.0f} s", flush=True)
+        return up
+
+    def rounds(self, labels: List[str], count: int, cell_seconds: float) -> Dict[str, List[List[Dict[str, Any]]]]:
+        """Up to ``count`` rounds, each engine's cells once a round in a rotated order; no round starts that
+        the last one's length says would end past the deadline."""
+        done: Dict[str, List[List[Dict[str, Any]]]] = {label: [] for label in labels}
+        last = 0.0
+        for r in range(count):
+            live = [label for label in labels if label in self.conns]
+            if not live or (r and self.left() < 1.1 * last):
+                break
+            started = time.time()
+            for label in live[r % len(live):] + live[:r % len(live)]:
+                cells = self.ask(label, "cells", "cells", min(cell_seconds, self.left()))
+                if cells is not None:
+                    done[label].append(cells)
+            last = time.time() - started
+            print(f"round {r + 1}: {last:.0f} s", flush=True)
+        return done
+
+    def stop(self) -> None:
+        for conn in self.conns.values():
+            try:
+                conn.send("stop")
+            except OSError:  # an engine that ended on its own
+                pass
+        for label, proc in self.procs.items():
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, 9)
+                proc.wait()
+        self.listener.close()
+
+
+def together_main(args) -> int:
+    out = Path(args.out).resolve()
+    (out / "logs").mkdir(parents=True, exist_ok=True)
+    seed_state(out, args.state)
+    write_model()
+    labels = args.labels.split(",")
+    group = Group(labels, out, time.time() + args.deadline)
+    up = group.start(labels)
+    rounds = group.rounds(up, args.rounds, args.cell_seconds)
+    group.stop()
+    with open(out / RESULTS, "a") as f:
+        for label in labels:
+            record = group.records.get(label, {"label": label, **ENGINES[label], "ok": False, "error": "not started"})
+            if rounds.get(label):
+                record.update(ok=True, cells=median_cells(rounds[label]), rounds=rounds[label])
+            elif record.get("ok") is not False:
+                record.update(ok=False, error="no round ran")
+            record["group"] = labels
+            finish_record(record, group.log(label), group.began.get(label, time.time()))
+            f.write(json.dumps(record) + "\n")
+            print(f"{label}: ok={record['ok']} rounds={len(rounds.get(label, []))}", flush=True)
     return 0
 
 
@@ -309,6 +550,7 @@ def static_label(width: int) -> str:
 def tables(results: List[Dict[str, Any]]) -> str:
     """Per ndt, one markdown table of tokens/s and the bar's ratios per (batch, acceptance), and the engines'
     graph capture time and memory."""
+    results = [rec for rec in results if not rec["label"].startswith("dflash")]  # draft_model_table's
     r, committed = cells(results), cells(results, "committed_per_verify")
     parts = []
     for ndt in NDTS:
@@ -354,6 +596,48 @@ def tables(results: List[Dict[str, Any]]) -> str:
     return "\n\n".join(parts)
 
 
+DRAFT_BAR = 0.97
+"""Issue 22's bar: DFLASH_BLOCK at the full block within 3% of SGLang's DFLASH in tokens/s at every batch size."""
+
+
+def round_ratios(results: List[Dict[str, Any]], label: str, against: str) -> Dict[int, List[float]]:
+    """``{batch: [tokens/s of label ÷ against, one per round]}``, each ratio from the same round of a group
+    (a record without rounds counts as one)."""
+    by_label = {r["label"]: r for r in results if r.get("ok")}
+    if label not in by_label or against not in by_label:
+        return {}
+    rounds = [by_label[x].get("rounds") or [by_label[x]["cells"]] for x in (label, against)]
+    ratios: Dict[int, List[float]] = {}
+    for mine, theirs in zip(*rounds):
+        for a, b in zip(mine, theirs):
+            ratios.setdefault(a["batch"], []).append(a["tokens_per_s"] / b["tokens_per_s"])
+    return ratios
+
+
+def draft_model_table(results: List[Dict[str, Any]]) -> str:
+    """Issue 22's speed table: DFLASH_BLOCK at W = B = 16 against SGLang's DFLASH, and at W = 4 against W = 16,
+    per batch size: median tokens/s, the median of the per-round ratios and their range, the bar."""
+    r = cells(results)
+    native, block, part = "dflash_native_ndt16", "dflash_block_ndt16", "dflash_block_w4_ndt16"
+    vs_native, vs_block = round_ratios(results, block, native), round_ratios(results, part, block)
+    head = ["batch", "plain", "native DFLASH", "DFLASH_BLOCK W = 16", "W = 4", "W = 16 ÷ native (rounds)",
+            "bar", "W = 4 ÷ W = 16 (rounds)"]
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+
+    def ratio(values: List[float]) -> str:
+        if not values:
+            return "-"
+        return f"{sorted(values)[(len(values) - 1) // 2]:.3f} ({min(values):.3f}-{max(values):.3f}, {len(values)})"
+
+    for b in DRAFT_BATCHES:
+        figures = [r.get(label, {}).get((b, ACCEPTANCES[0])) for label in ("plain", native, block, part)]
+        ratios = vs_native.get(b, [])
+        verdict = "-" if not ratios else ("met" if sorted(ratios)[(len(ratios) - 1) // 2] >= DRAFT_BAR else "missed")
+        rows.append("| " + " | ".join([str(b)] + ["-" if v is None else f"{v:.0f}" for v in figures]
+                                       + [ratio(ratios), verdict, ratio(vs_block.get(b, []))]) + " |")
+    return "\n".join(rows)
+
+
 def _graph_kind(record: Dict[str, Any]) -> str:
     """The graphs an engine's decode steps replay: a speculative engine's TARGET_VERIFY graphs, else decode's."""
     return "target_verify" if "target_verify_graph_capture_s" in record else "target_decode"
@@ -379,9 +663,20 @@ def main(argv=None) -> int:
     p_run.add_argument("--deadline", type=float, default=480, help="start no engine after this many seconds")
     p_run.add_argument("--engine-seconds", type=float, default=150, help="the most one engine is expected to take")
     p_run.add_argument("--only", help="comma-separated labels (default: every engine but plain_sync, in order)")
+    p_together = sub.add_parser("together", help="engines resident together, timed in rounds (on the H200)")
+    p_together.add_argument("--out", required=True)
+    p_together.add_argument("--labels", required=True, help="comma-separated, started in this order")
+    p_together.add_argument("--rounds", type=int, default=3)
+    p_together.add_argument("--state", help="a directory holding earlier calls' results and continuations")
+    p_together.add_argument("--deadline", type=float, default=480, help="no round starts that would end later")
+    p_together.add_argument("--cell-seconds", type=float, default=120, help="the most one engine's cells may take")
     p_engine = sub.add_parser("engine", help="one engine (run starts it in its own process)")
     p_engine.add_argument("label", choices=ENGINES)
     p_engine.add_argument("--out", required=True)
+    p_resident = sub.add_parser("resident", help="one engine of a group (together starts it in its own process)")
+    p_resident.add_argument("label", choices=ENGINES)
+    p_resident.add_argument("--out", required=True)
+    p_resident.add_argument("--address", required=True)
     p_tables = sub.add_parser("tables", help="print the README tables of a results file")
     p_tables.add_argument("results", type=Path)
     p_relog = sub.add_parser("relog", help="read the engines' log fields again (print the results file)")
@@ -393,12 +688,18 @@ def main(argv=None) -> int:
         return 0
     if args.command == "run":
         return run_main(args)
+    if args.command == "together":
+        return together_main(args)
     if args.command == "tables":
-        print(tables([json.loads(line) for line in args.results.read_text().splitlines() if line.strip()]))
+        results = [json.loads(line) for line in args.results.read_text().splitlines() if line.strip()]
+        print(tables(results))
+        if any(r["label"].startswith("dflash") for r in results):
+            print("\n" + draft_model_table(results))
         return 0
     record = {"label": args.label, "ok": False}
     try:
-        record = engine_main(args.label, Path(args.out))
+        record = engine_main(args.label, Path(args.out)) if args.command == "engine" else \
+            resident_main(args.label, Path(args.out), args.address)
     except BaseException as exc:  # noqa: BLE001 - the record says what stopped the engine
         import traceback
 

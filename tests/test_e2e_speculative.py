@@ -3,7 +3,9 @@ its ndt, its graph estimate is check's, and its tables (the README's, from the c
 they exist) come from a results file with the bar judged cell by cell."""
 
 import json
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -125,3 +127,69 @@ def test_relog_reads_the_capture_line_of_the_last_log(tmp_path):
     first, second = e2e.relog(results, [tmp_path / "old", tmp_path / "new"])
     assert (first["target_verify_graph_capture_s"], first["target_verify_graph_mem_gb"]) == (1.96, 0.55)
     assert "target_decode_graph_capture_s" not in second  # a failed engine keeps its record as it was
+
+
+STAND_IN = '''
+import sys
+from multiprocessing.connection import Client
+
+label, address, order, behaviour = sys.argv[1:5]
+conn = Client(address, family="AF_UNIX")
+conn.send(("imported", label))
+if conn.recv() != "start":
+    sys.exit(0)
+if behaviour == "dies":
+    print("RESULT {\\"label\\": \\"%s\\", \\"ok\\": false, \\"error\\": \\"OutOfMemoryError: at capture\\"}" % label, flush=True)
+    sys.exit(3)
+conn.send(("ready", {"label": label, "started": True}))
+rounds = 0
+while conn.recv() == "cells":
+    rounds += 1
+    with open(order, "a") as f:
+        f.write(label + "\\n")
+    conn.send(("cells", [{"batch": 1, "acceptance": None, "tokens_per_s": [300.0, 100.0, 200.0][rounds - 1], "seconds": 1.0}]))
+'''
+
+
+def test_a_group_starts_its_engines_in_turn_and_times_them_in_rotated_rounds(tmp_path, monkeypatch):
+    """The coordinator of ``together`` with stand-in engine processes that speak its protocol (no GPU, no
+    SGLang): an engine that dies at its start is recorded with its own error, the others run every round in
+    an order rotated each round, and a record's cells are the median round's."""
+    child, order = tmp_path / "stand_in.py", tmp_path / "order.txt"
+    child.write_text(STAND_IN)
+    labels = ["static2_ndt8", "static4_ndt8", "static8_ndt8"]
+
+    def stand_in(command, out, log):
+        label, address = command[1], command[3]
+        behaviour = "dies" if label == "static4_ndt8" else "serves"
+        return subprocess.Popen([sys.executable, str(child), label, address, str(order), behaviour],
+                                stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+
+    monkeypatch.setattr(e2e, "engine_process", stand_in)
+    (tmp_path / "logs").mkdir()
+    group = e2e.Group(labels, tmp_path, time.time() + 60)
+    up = group.start(labels)
+    rounds = group.rounds(up, 3, cell_seconds=30)
+    group.stop()
+    assert up == ["static2_ndt8", "static8_ndt8"]
+    assert group.records["static4_ndt8"]["ok"] is False
+    assert "rc 3" in group.records["static4_ndt8"]["error"] and "OutOfMemoryError" in group.records["static4_ndt8"]["error"]
+    assert order.read_text().split() == ["static2_ndt8", "static8_ndt8", "static8_ndt8", "static2_ndt8",
+                                         "static2_ndt8", "static8_ndt8"]
+    assert [len(rounds[label]) for label in up] == [3, 3]
+    assert e2e.median_cells(rounds["static2_ndt8"])[0]["tokens_per_s"] == 200.0
+    assert all(proc.poll() is not None for proc in group.procs.values())
+
+
+def test_draft_model_table_judges_the_median_of_per_round_ratios():
+    def record(label, per_round):
+        rounds = [[{"batch": b, "acceptance": None, "tokens_per_s": t} for b in e2e.DRAFT_BATCHES] for t in per_round]
+        return {"label": label, "ok": True, "cells": e2e.median_cells(rounds), "rounds": rounds}
+
+    results = [record("dflash_native_ndt16", [100.0, 110.0, 90.0]), record("dflash_block_ndt16", [96.0, 108.0, 88.0]),
+               record("dflash_block_w4_ndt16", [96.0, 108.0, 88.0])]
+    table = e2e.draft_model_table(results)
+    # per round: 0.96, 0.982, 0.978 -> median 0.978, met; the medians of tokens/s alone (100, 96) would say 0.96
+    assert "| 1 | - | 100 | 96 | 96 | 0.978 (0.960-0.982, 3) | met | 1.000 (1.000-1.000, 3) |" in table
+    results[1] = record("dflash_block_ndt16", [90.0, 100.0, 80.0])
+    assert "| missed |" in e2e.draft_model_table(results)
