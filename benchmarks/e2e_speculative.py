@@ -66,6 +66,10 @@ DRAFT_BATCHES = (1, 8, 32, 64)
 MAX_TOTAL_TOKENS = 36864
 """Every engine's KV pool is capped at this many tokens (128 requests x (64 + 128 + 16) need 26,624): five
 engines resident together (``together``) then fit on one H200 (~16 GB of weights, 4.8 GB of KV each)."""
+DTYPE = "float16"
+"""The target's and the draft's dtype: what SGLang's ``auto`` gave the target's config (no ``torch_dtype``) in
+every run of 2026-12-02; the DFlash draft's config says bfloat16, and ``auto`` served the two in different
+dtypes (native DFLASH's first step failed: "expected mat1 and mat2 to have the same dtype")."""
 NO_PLUGIN = {"SGLANG_PLUGINS": "none-selected"}
 """The environment of an engine SGLang serves alone (plain, NGRAM, native DFLASH): SGLang's ``load_plugins()``
 starts no plugin, so this package's loader neither registers nor patches anything in its processes."""
@@ -169,8 +173,8 @@ def write_model() -> None:
 
 def engine_kwargs(spec: Dict[str, Any]) -> Dict[str, Any]:
     batches = list(spec.get("batches", BATCHES))
-    kwargs = dict(model_path=str(MODEL), load_format="dummy", skip_tokenizer_init=True, attention_backend="flashinfer",
-                  mem_fraction_static=0.75, max_total_tokens=MAX_TOTAL_TOKENS, max_running_requests=max(batches),
+    kwargs = dict(model_path=str(MODEL), load_format="dummy", dtype=DTYPE, skip_tokenizer_init=True,
+                  attention_backend="flashinfer", mem_fraction_static=0.75, max_total_tokens=MAX_TOTAL_TOKENS, max_running_requests=max(batches),
                   disable_radix_cache=True, cuda_graph_bs_decode=batches, disable_prefill_cuda_graph=True, random_seed=0,
                   log_level="info")
     if spec.get("sync"):
