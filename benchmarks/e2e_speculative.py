@@ -552,12 +552,14 @@ def static_label(width: int) -> str:
 
 
 def tables(results: List[Dict[str, Any]]) -> str:
-    """Per ndt, one markdown table of tokens/s and the bar's ratios per (batch, acceptance), and the engines'
-    graph capture time and memory."""
+    """Per ndt whose controller or static ndt ran, one markdown table of tokens/s and the bar's ratios per
+    (batch, acceptance), and the engines' graph capture time and memory."""
     results = [rec for rec in results if not rec["label"].startswith("dflash")]  # draft_model_table's
     r, committed = cells(results), cells(results, "committed_per_verify")
     parts = []
     for ndt in NDTS:
+        if f"controller_ndt{ndt}" not in r and static_label(ndt) not in r:
+            continue  # a run without this ndt's own engines
         statics = [w for w in (2, 4, 8, 16) if w <= ndt]
         cols = ["plain"] + [static_label(w) for w in statics] + [f"by_batch_ndt{ndt}", f"controller_ndt{ndt}", f"ngram_ndt{ndt}"]
         head = ["batch", "acceptance", "plain"] + [f"static {w}" for w in statics] + ["by batch", "controller", "NGRAM",
