@@ -18,11 +18,14 @@ runner's width) and a verify width ``W <= B`` (the target's):
    TARGET_VERIFY (the first ``W`` of the block's slots), returning every
    token's captured hidden states;
 4. greedy acceptance (SGLang's ``compute_dflash_correct_drafts_and_bonus``)
-   commits ``c`` tokens, ``1 <= c <= W``; the hidden states of the ``c``
-   verified tokens whose target KV is now valid are projected into the draft
-   KV at their slots (overwriting the block's), as DFLASH does. The slots
-   past ``seq_len + c`` keep stale K/V no step reads: each forward reads only
-   up to its request's ``seq_len`` and writes its own block first.
+   commits ``c`` tokens, ``1 <= c <= W``; the hidden states of all ``W``
+   verified tokens are projected into the draft KV at their slots
+   (overwriting the block's), as DFLASH writes its whole verified block: the
+   first ``c`` are the committed context, the slots past ``seq_len + c`` keep
+   stale K/V no step reads (each forward reads only up to its request's
+   ``seq_len`` and writes its own block first). Writing every row, not the
+   committed ones picked by a mask, keeps the step free of a device-to-host
+   wait: a boolean index must learn on the host how many rows it keeps.
 
 The prefill is the target's own (it samples the first token), asking for the
 captured hidden states, which become the prompt's draft KV. Requests greedy
@@ -141,9 +144,7 @@ class DFlashBlockWorker(draft_model_worker_base()):
         predicted = torch.argmax(logits.next_token_logits, dim=-1).view(bs, width)
         accepted, _ = accept_greedy(candidates=chain, target_predict=predicted)
         commit = (accepted + 1).to(torch.int32)
-        kept = torch.arange(width, device=self.device).unsqueeze(0) < commit.unsqueeze(1)
-        self._write_context_kv(logits.hidden_states.view(bs, width, -1)[kept], slots[:, :width][kept],
-                               positions[:, :width][kept])
+        self._write_context_kv(logits.hidden_states, slots[:, :width].flatten(), positions[:, :width].flatten())
         logits.hidden_states = None
         batch.forward_mode = ForwardMode.DECODE
         return step_result(logits, predicted, commit, batch.seq_lens + commit.to(batch.seq_lens.dtype),
