@@ -20,7 +20,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, List, Mapping, Optional, Tuple
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -28,8 +28,10 @@ else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
 from .errors import ConfigError, closest, is_plain_int
-from .widths_by_acceptance import AcceptanceSettings, WidthsByAcceptanceError
 from .widths_by_batch_size import WidthsByBatchSize, WidthsByBatchSizeError
+
+if TYPE_CHECKING:  # imported where a table has the key
+    from .widths_by_acceptance import AcceptanceSettings
 
 CONFIG_ENV = "SGLANG_SPEC_PLUGINS_CONFIG"
 """Environment variable naming the plugins.toml to use."""
@@ -344,6 +346,8 @@ def _algorithm(name: str, table: Any, where: str, problems: List[str]) -> Option
                             "{1 = 16, 8 = 8, 64 = 4}: from each batch size on, that many tokens per request)")
     acceptance = None
     if "widths_by_acceptance" in table:
+        from .widths_by_acceptance import AcceptanceSettings, WidthsByAcceptanceError  # only a table that has the key
+
         try:
             acceptance = AcceptanceSettings.parse(table["widths_by_acceptance"])
         except WidthsByAcceptanceError as exc:

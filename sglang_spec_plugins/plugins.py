@@ -274,7 +274,8 @@ def _load_one(pm: pluggy.PluginManager, name: str, eps: Sequence[metadata.EntryP
                           + ", ".join(sorted(map(_provider, eps))) + "; uninstall all but one")
     ep = eps[0]
     dist = getattr(ep, "dist", None)
-    label = f"{dist.name}=={dist.version}" if dist else None
+    meta = dist.metadata if dist else None  # parsed once: each of dist.name, dist.version parses the file again
+    label = f"{meta['Name']}=={meta['Version']}" if dist else None
     with plugin_code(name, label, f"importing {ep.value}", failed=f"cannot import {ep.value}:", doing=f"importing {ep.value}"):
         plugin = ep.load()
     _refuse_callable_entry_point(name, ep, plugin, label)
@@ -305,8 +306,8 @@ def _load_one(pm: pluggy.PluginManager, name: str, eps: Sequence[metadata.EntryP
                               "remove the default", label)
     info = PluginInfo(
         name=name,
-        distribution=dist.name if dist else None,
-        version=dist.version if dist else None,
+        distribution=meta["Name"] if dist else None,
+        version=meta["Version"] if dist else None,
         module_file=getattr(inspect.getmodule(plugin), "__file__", None),
     )
     if not mine:

@@ -18,14 +18,16 @@ config faults ConfigError naming file, table and key.
 from __future__ import annotations
 
 import logging
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Tuple
 
 from . import agreement
 from .errors import ConfigError, PluginError, is_plain_int, show, type_name
 from .plugins import OfferedAlgorithm, PluginSet
 from .verify_layout import DRAFT_VERIFIES_CHAINS_ONLY, TREE
-from .widths_by_acceptance import AcceptanceSettings
 from .widths_by_batch_size import WidthsByBatchSize, WidthsByBatchSizeError, WidthSchedule
+
+if TYPE_CHECKING:  # imported where a table has the key (config)
+    from .widths_by_acceptance import AcceptanceSettings
 
 logger = logging.getLogger("sglang_spec_plugins")
 

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-from .worker_reads import parsed
 
 OWN_FILES = re.compile(r"(^|/)(dflash[^/]*|dspark[^/]*)\.py$|(^|/)dspark_components/")
 """The DFLASH family's own files: their DFLASH branches are DFLASH's, not a decision about other algorithms."""
@@ -78,6 +77,8 @@ def dflash_sites(srt: Path) -> Tuple[DflashSite, ...]:
 
 @functools.lru_cache(maxsize=None)
 def _sites(srt: str) -> Tuple[DflashSite, ...]:
+    from .worker_reads import parsed  # not at import: the loader imports this module, plans kept from before read nothing
+
     root = Path(srt)
     found: List[DflashSite] = []
     for path in sorted(root.rglob("*.py")):

@@ -72,8 +72,28 @@ def rebuild(func: types.FunctionType, owner: type, edits: Sequence[Edit]) -> typ
         for hit in hits:
             indent = lines[hit][: len(lines[hit]) - len(lines[hit].lstrip())]
             lines[hit] = f"{indent}{edit.new}\n"
-    # Parsed at the function's own line numbers (blank lines before it), so no pass over the tree moves them.
-    tree = ast.parse("\n" * (func.__code__.co_firstlineno - 1) + "".join(lines))
+    # Compiled at the function's own line numbers (blank lines before it), under the original function's
+    # __future__ flags (e.g. postponed annotations, which SGLang's runners rely on for names imported only
+    # under TYPE_CHECKING), not this module's.
+    padded = "\n" * (func.__code__.co_firstlineno - 1) + "".join(lines)
+    futures = sum(f.compiler_flag for f in map(functools.partial(getattr, __future__), __future__.all_feature_names)
+                  if func.__code__.co_flags & f.compiler_flag)
+    namespace: dict = {}
+    if "__class__" not in func.__code__.co_freevars:  # compiled from its text (half the time of a tree's round trip)
+        if not lines[0].startswith("def "):
+            raise ValueError(f"{func.__qualname__}: only undecorated plain functions can be rebuilt")
+        exec(compile(padded, func.__code__.co_filename, "exec", flags=futures, dont_inherit=True), func.__globals__, namespace)
+        new = namespace[func.__name__]
+    else:  # zero-argument super(): defined inside a factory that gives it the __class__ cell
+        new = _with_class_cell(func, owner, ast.parse(padded), futures)
+    new.__qualname__ = func.__qualname__
+    new.__doc__ = func.__doc__
+    new.__dict__.update(func.__dict__)
+    return new
+
+
+def _with_class_cell(func: types.FunctionType, owner: type, tree: ast.Module, futures: int) -> types.FunctionType:
+    """The function ``tree`` defines, compiled inside a factory taking ``__class__`` and called with ``owner``."""
     node = tree.body[0]
     if not isinstance(node, ast.FunctionDef) or node.decorator_list:
         raise ValueError(f"{func.__qualname__}: only undecorated plain functions can be rebuilt")
@@ -88,16 +108,8 @@ def rebuild(func: types.FunctionType, owner: type, edits: Sequence[Edit]) -> typ
     )
     for new_node in (factory, *factory.args.args, factory.body[1], factory.body[1].value):
         ast.copy_location(new_node, node)
-    module = ast.Module(body=[factory], type_ignores=[])
     namespace: dict = {}
-    # Compile under the original function's __future__ flags (e.g. postponed annotations, which
-    # SGLang's runners rely on for names imported only under TYPE_CHECKING), not this module's.
-    futures = sum(f.compiler_flag for f in map(functools.partial(getattr, __future__), __future__.all_feature_names)
-                  if func.__code__.co_flags & f.compiler_flag)
-    code = compile(module, func.__code__.co_filename, "exec", flags=futures, dont_inherit=True)
+    code = compile(ast.Module(body=[factory], type_ignores=[]), func.__code__.co_filename, "exec", flags=futures,
+                   dont_inherit=True)
     exec(code, func.__globals__, namespace)
-    new = namespace["_factory"](owner)
-    new.__qualname__ = func.__qualname__
-    new.__doc__ = func.__doc__
-    new.__dict__.update(func.__dict__)
-    return new
+    return namespace["_factory"](owner)

@@ -30,8 +30,6 @@ from ..engine.facts import DRAFT, TARGET, dp_attention, verify_backends
 from ..errors import ConfigError, PluginError, PluginInterrupted, StartupRefused, show
 from ..plugins import OfferedAlgorithm
 from ..policy import VerifyPolicy
-from .draft_model_check import draft_model_faults
-from .workspace_check import workspace_faults
 
 logger = logging.getLogger("sglang_spec_plugins")
 
@@ -59,6 +57,8 @@ def faults(offered: OfferedAlgorithm, policy: VerifyPolicy, server_args: Any, ve
     factory/the draft checkpoint (``check`` without arguments to hand them). Raises nothing a plugin causes but an
     interrupt (:class:`~..errors.PluginInterrupted`)."""
     from ..engine.worker_contract import contract
+    from .draft_model_check import draft_model_faults  # imported when a server's arguments are checked, not at load
+    from .workspace_check import workspace_faults
 
     release = release or contract()
     refused = validator_fault(offered, server_args, ndt) if validate else None
