@@ -31,13 +31,12 @@ Importing this module does not import SGLang; the functions do.
 
 from __future__ import annotations
 
-import time
 from typing import Any, Callable, Optional, Tuple
 
 from .engine.algorithm import policy_for, required_policy
 from .engine.draft_worker import draft_model_worker_base
 from .engine.facts import configured_ndt
-from .engine.step_times import StepClock, agreed
+from .engine.step_times import HostTimer, StepClock, agreed, timer_for
 from .engine.greedy_step import (cache_locations, carried_rows, greedy_refusal, idle_result, refuse_unservable,
                                  step_result, verify_positions)
 from .engine.worker_base import ModelFreeDraftWorker, ModelFreeRunner, worker_base
@@ -82,13 +81,16 @@ class StepWidths:
     worker's ``speculative_num_draft_tokens`` as its ``sglang:spec_num_draft_tokens``
     metric: a worker that answers it with ``latest`` shows its width there).
     ``now`` is the clock the controller's step times are read from (seconds;
-    a worker's own tests pass theirs). The schedule is resolved at the first
+    a worker's own tests pass theirs); left out, a runner on a CUDA device
+    times steps with events on its stream, so that ``record`` never makes the
+    host wait for the GPU: the accept counts and the step's time are read at
+    the next ``at``, once the scheduler has waited for the step's tokens. The schedule is resolved at the first
     ``at``, once the runner's decode CUDA graphs are captured. Imports SGLang; EngineError for a runner whose
     algorithm is not a plugin algorithm; ConfigError for a plugins.toml
     ``widths_by_acceptance`` without widths to choose from (the start-up
     check refuses it first)."""
 
-    def __init__(self, model_runner: Any, hold_steps: int = 0, now: Callable[[], float] = time.perf_counter):
+    def __init__(self, model_runner: Any, hold_steps: int = 0, now: Optional[Callable[[], float]] = None):
         if isinstance(model_runner, ModelFreeRunner):
             mistake = ("StepWidths was given the worker's model-free draft runner (worker_base()'s model_runner, which "
                        "runs no TARGET_VERIFY); give it the runner that verifies: StepWidths(self.target_worker.model_runner)")
@@ -109,12 +111,15 @@ class StepWidths:
             log=getattr(model_runner, "tp_rank", 0) == 0)
         self._policy, self._runner, self._hold_steps = policy, model_runner, hold_steps
         self._schedule: Any = _UNRESOLVED  # then a WidthSchedule, or None: one width
-        self._clock = StepClock(now)
+        self._timer = HostTimer(now) if now is not None else timer_for(getattr(model_runner, "device", "cpu"))
+        self._clock = StepClock(self._timer)
         self._step: Optional[Tuple[Optional[int], int]] = None  # (bucket, width) of the step at() answered
+        self._recorded: Optional[Tuple[Optional[int], int, Any, int]] = None  # (bucket, width, count, requests) unread
 
     def at(self, batch_size: int, width: Optional[int] = None) -> int:
         """The width of this step, for a batch of ``batch_size`` requests;
         ``width``: the worker's own choice (one of :attr:`declared`)."""
+        self._learn()
         schedule = self._resolved()
         bucket = None if schedule is None else schedule.bucket(batch_size)
         if width is not None:
@@ -146,14 +151,23 @@ class StepWidths:
     def record(self, accept_lens: Any) -> None:
         """The tokens each request of the step ``at`` answered for committed (SGLang's
         ``accept_lens``: its accepted drafts and the target's own token; a tensor or
-        a sequence of ints), for the acceptance controller; nothing without one."""
+        a sequence of ints), for the acceptance controller; nothing without one.
+        Nothing is read back from the GPU here: the controller learns at the next ``at``."""
         if self._controller is None or self._step is None:
             return
         (bucket, width), self._step = self._step, None
-        committed = int(accept_lens.sum()) if hasattr(accept_lens, "sum") else sum(accept_lens)
+        count = self._timer.keep(accept_lens.sum()) if hasattr(accept_lens, "sum") else sum(accept_lens)
         self._clock.stop(bucket, width)
+        self._recorded = (bucket, width, count, len(accept_lens))
+
+    def _learn(self) -> None:
+        """Hand the controller the step ``record`` took last (and, when it is due, its decision)."""
+        if self._recorded is None:
+            return
+        (bucket, width, count, requests), self._recorded = self._recorded, None
+        self._clock.settle()
         controller = self._controller
-        controller.observe(bucket, width, committed, len(accept_lens))
+        controller.observe(bucket, width, int(count), requests)
         if controller.due(bucket):
             controller.decide(bucket, agreed(self._runner, self._clock.take(bucket)))
 

@@ -1,12 +1,20 @@
 """The seconds a decode step takes, for the acceptance controller, agreed across tensor-parallel ranks.
 
 :class:`StepClock` times each decode step a worker runs from its
-``StepWidths.at`` (before drafting) to its ``StepWidths.record`` (once the
-verify's accept counts are on the host): the step's own work, drafting and
-the verify forward. The scheduler's time between two steps (a ``record`` to
-the next ``at``) is part of every step's cost too, whatever its width; it is
-kept as one running mean, each gap counted up to the step's own time (a
-longer gap held other work: a prefill, an idle wait).
+``StepWidths.at`` (before drafting) to its ``StepWidths.record`` (after the
+verify): the step's own work, drafting and the verify forward. The scheduler's
+time between two steps (a ``record`` to the next ``at``) is part of every
+step's cost too, whatever its width; it is kept as one running mean, each gap
+counted up to the step's own time (a longer gap held other work: a prefill,
+an idle wait).
+
+A clock reads its times through a timer. :class:`HostTimer` reads a host
+clock at each mark: right where the host has waited for the step's work (a
+CPU, or a test's own clock). :class:`DeviceTimer` puts an event on the
+current CUDA stream at each mark, so that marking never makes the host wait
+for the GPU in the middle of a step; the seconds between two marks are read
+later (:meth:`StepClock.settle`, at the next step's ``at``), once the
+scheduler has waited for the step's tokens and the events have passed.
 
 :func:`agreed` averages per-width seconds over the tensor-parallel ranks of
 the model runner (one all-reduce on the CPU group of SGLang's TP group), so
@@ -18,45 +26,121 @@ on every rank).
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 _GAP_WEIGHT = 0.2
+
+
+class HostTimer:
+    """Marks read from ``now`` (seconds) when they are set."""
+
+    def __init__(self, now: Callable[[], float] = time.perf_counter):
+        self._now = now
+
+    def mark(self) -> float:
+        return self._now()
+
+    def seconds(self, first: float, last: float) -> float:
+        return last - first
+
+    def keep(self, count: Any) -> int:
+        """``count`` (a tensor of one element, or an int) as an int, now."""
+        return int(count)
+
+
+class DeviceTimer:
+    """Marks that are events on the current CUDA stream: setting one, or keeping a
+    count for later, never waits for the GPU; reading waits for the later mark."""
+
+    def mark(self) -> Any:
+        import torch
+
+        if torch.cuda.is_current_stream_capturing():  # no event may join a graph being captured
+            return None
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def seconds(self, first: Any, last: Any) -> Optional[float]:
+        """Seconds between two marks (None where one was not set); waits until ``last`` has passed."""
+        if first is None or last is None:
+            return None
+        last.synchronize()
+        return first.elapsed_time(last) / 1000.0
+
+    def keep(self, count: Any) -> Any:
+        """``count`` (a tensor of one element, or an int) to read later with ``int``: of a
+        CUDA tensor, a host copy made in stream order, read once the copy has passed."""
+        import torch
+
+        if not isinstance(count, torch.Tensor) or count.device.type != "cuda":
+            return int(count)
+        return _Copied(count)
+
+
+class _Copied:
+    """A CUDA tensor's value copied to the host without waiting; ``int`` waits for the copy alone."""
+
+    def __init__(self, count: Any):
+        import torch
+
+        self._host = torch.empty(count.shape, dtype=count.dtype, pin_memory=True)
+        self._host.copy_(count, non_blocking=True)
+        self._copied = torch.cuda.Event()
+        self._copied.record()
+
+    def __int__(self) -> int:
+        self._copied.synchronize()
+        return int(self._host)
+
+
+def timer_for(device: Any) -> Any:
+    """The timer of a model runner on ``device``: :class:`DeviceTimer` on a CUDA device, else a host clock."""
+    return DeviceTimer() if str(device).startswith("cuda") else HostTimer()
 
 
 class StepClock:
     """Times the steps between ``start`` and ``stop``, summed per (slot, width) until :meth:`take`."""
 
-    def __init__(self, now=time.perf_counter):
-        self._now = now
-        self._started: Optional[float] = None
-        self._stopped: Optional[float] = None
-        self._pending_gap: Optional[float] = None  # since the last stop, up to this step's start
+    def __init__(self, timer: Any = None):
+        self._timer = timer or HostTimer()
+        self._started: Optional[Tuple[Any, Any]] = None  # (this step's start, the last step's end) marks
+        self._last_end: Any = None
+        self._unread: List[Tuple[int, int, Any, Any, Any]] = []  # steps stopped whose seconds are not read yet
         self._gap: Optional[float] = None  # the running mean
         self._sums: Dict[int, Dict[int, Tuple[float, int]]] = {}
 
     def start(self) -> None:
         """A step starts now."""
-        now = self._now()
-        self._pending_gap = None if self._stopped is None else now - self._stopped
-        self._started = now
+        self._started = (self._timer.mark(), self._last_end)
 
     def stop(self, slot: int, width: int) -> None:
         """The step started last ended now, at ``width`` in ``slot``."""
         if self._started is None:
             return
-        now = self._now()
-        span = now - self._started
-        gap = self._pending_gap
-        if gap is not None:
-            gap = min(gap, span)
-            self._gap = gap if self._gap is None else (1 - _GAP_WEIGHT) * self._gap + _GAP_WEIGHT * gap
-        total, count = self._sums.setdefault(slot, {}).get(width, (0.0, 0))
-        self._sums[slot][width] = (total + span, count + 1)
-        self._started, self._stopped = None, now
+        end = self._timer.mark()
+        self._unread.append((slot, width, *self._started, end))
+        self._started, self._last_end = None, end
+
+    def settle(self) -> None:
+        """Read the seconds of the steps stopped since the last call (a :class:`DeviceTimer`
+        waits for each step's end; a step a mark could not time is left out)."""
+        for slot, width, start, previous_end, end in self._unread:
+            span = self._timer.seconds(start, end)
+            if span is None:
+                continue
+            gap = None if previous_end is None else self._timer.seconds(previous_end, start)
+            if gap is not None:
+                gap = min(gap, span)
+                self._gap = gap if self._gap is None else (1 - _GAP_WEIGHT) * self._gap + _GAP_WEIGHT * gap
+            total, count = self._sums.setdefault(slot, {}).get(width, (0.0, 0))
+            self._sums[slot][width] = (total + span, count + 1)
+        self._unread.clear()
 
     def take(self, slot: int) -> Dict[int, float]:
         """Mean seconds per step of each width ``slot`` ran at since the last
         ``take``, the scheduler's mean gap included; the sums start again."""
+        self.settle()
         sums = self._sums.pop(slot, {})
         gap = self._gap or 0.0
         return {width: total / count + gap for width, (total, count) in sorted(sums.items())}

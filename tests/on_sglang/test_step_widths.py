@@ -164,6 +164,58 @@ def test_the_acceptance_controller_follows_the_accept_counts(load):
     assert serve(widths, clock, 1, 6, lambda width: width) == [1]  # another slot (4+ requests): its own middle candidate
 
 
+class LaggingDevice:
+    """A device that runs each step after the host has queued it, as a GPU does: a timer whose marks
+    and kept counts are readable only once the test (standing for the scheduler, which waits for a
+    step's tokens before the next) says the device has finished the step. Reading one sooner is the
+    host waiting for the GPU mid-step."""
+
+    def __init__(self, clock):
+        self.clock, self.step, self.finished = clock, 0, -1
+
+    def mark(self):
+        return (self.step, self.clock())
+
+    def seconds(self, first, last):
+        assert last[0] <= self.finished, "the host waited for the device in the middle of a step"
+        return last[1] - first[1]
+
+    def keep(self, count):
+        device = self
+
+        class Kept:
+            def __int__(self, step=self.step):
+                assert step <= device.finished, "the host read an accept count the device has not written"
+                return int(count)
+
+        return Kept()
+
+
+def test_the_controller_reads_nothing_back_until_the_next_step(load, monkeypatch):
+    """On a GPU, ``record`` leaves the step's accept counts and time on the device and the controller learns
+    them at the next ``at``: the same widths as a host clock gives, step for step, without a read mid-step."""
+    from sglang_spec_plugins import worker as worker_module
+
+    settings = "widths_by_acceptance = {warmup_steps = 2, interval_steps = 2, probe_after = 3}\n"
+    host_clock = Clock()
+    expected = serve(step_widths(load(settings), now=host_clock), host_clock, 30, 2, lambda width: min(width, 3))
+
+    clock = Clock()
+    device = LaggingDevice(clock)
+    monkeypatch.setattr(worker_module, "timer_for", lambda runner_device: device)
+    widths = step_widths(load(settings), now=None)  # no clock given: the runner's device times the steps
+    seen = []
+    for step in range(30):
+        device.step = step
+        clock.seconds += 0.0005
+        width = widths.at(2)
+        seen.append(width)
+        clock.seconds += 0.002 + 0.002 * width
+        widths.record(torch.full((2,), min(width, 3), dtype=torch.int32))
+        device.finished = step  # the scheduler has the step's tokens: the device is done with it
+    assert seen == expected and len(set(seen)) > 1, seen
+
+
 def test_without_widths_to_choose_from_the_controller_is_refused(site, sglang_loaded):
     from sglang_spec_plugins.errors import ConfigError
 
