@@ -274,11 +274,72 @@ def engine_main(label: str, out: Path) -> Dict[str, Any]:
     return record
 
 
+PROFILED_STEPS = 24
+"""Forward steps SGLang's profiler records in ``profile_engine`` (the prefill and 23 decode steps at batch 1)."""
+WAITS = ("cudaStreamSynchronize", "cudaEventSynchronize", "cudaDeviceSynchronize", "cudaMemcpyAsync", "cudaMemcpy")
+"""CUDA runtime calls in which the host can wait for the GPU (a device-to-host copy waits for its stream)."""
+
+
+def profile_engine(engine, label: str, out: Path) -> Dict[str, Any]:
+    """One batch-1 request under SGLang's own profiler (``Engine.start_profile``, CPU and GPU, stopping itself
+    after :data:`PROFILED_STEPS` forward steps); :func:`trace_summary` of the trace it wrote."""
+    directory = Path(tempfile.gettempdir()) / "e2e-profiles" / label  # traces are large: only the summary goes to OUT
+    directory.mkdir(parents=True, exist_ok=True)
+    engine.start_profile(output_dir=str(directory), num_steps=PROFILED_STEPS, activities=["CPU", "GPU"])
+    acceptance = ACCEPTANCES[-1] if ENGINES[label]["kind"] in ("static", "by_batch", "controller") else None
+    generate(engine, 1, PROFILED_STEPS + 16, acceptance)
+    traces = sorted(directory.glob("*.trace.json.gz"))
+    for _ in range(60):  # the scheduler writes the trace after its last profiled step
+        if traces:
+            break
+        time.sleep(1)
+        traces = sorted(directory.glob("*.trace.json.gz"))
+    return trace_summary(traces[-1]) if traces else {"error": f"no trace in {directory}"}
+
+
+def trace_summary(path: Path) -> Dict[str, Any]:
+    """What a Chrome trace of torch's profiler says about the host and the GPU over its whole window: wall
+    and GPU-busy milliseconds (the union of kernels and copies), kernels, graph launches, each CUDA runtime
+    call in which the host can wait (:data:`WAITS`: count and milliseconds), and the 15 CPU ops that took
+    longest in total."""
+    import gzip
+
+    with gzip.open(path, "rt") as f:
+        events = [e for e in json.load(f).get("traceEvents", []) if e.get("ph") == "X" and "dur" in e]
+    if not events:
+        return {"trace": path.name, "events": 0}
+    gpu = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"))
+    busy, reach = 0.0, None
+    for begin, end in gpu:
+        if reach is None or begin > reach:
+            busy, reach = busy + end - begin, end
+        elif end > reach:
+            busy, reach = busy + end - reach, end
+    runtime: Dict[str, List[float]] = {}
+    cpu_ops: Dict[str, List[float]] = {}
+    for e in events:
+        if e.get("cat") == "cuda_runtime":
+            runtime.setdefault(e["name"], [0, 0.0])
+            runtime[e["name"]][0] += 1
+            runtime[e["name"]][1] += e["dur"] / 1000
+        elif e.get("cat") == "cpu_op":
+            cpu_ops.setdefault(e["name"], [0, 0.0])
+            cpu_ops[e["name"]][0] += 1
+            cpu_ops[e["name"]][1] += e["dur"] / 1000
+    start, end = min(e["ts"] for e in events), max(e["ts"] + e["dur"] for e in events)
+    top = sorted(cpu_ops.items(), key=lambda item: -item[1][1])[:15]
+    return {"trace": path.name, "wall_ms": round((end - start) / 1000, 3), "gpu_busy_ms": round(busy / 1000, 3),
+            "kernels": sum(1 for e in events if e.get("cat") == "kernel"),
+            "graph_launches": runtime.get("cudaGraphLaunch", [0])[0],
+            "waits": {name: [count, round(ms, 3)] for name, (count, ms) in sorted(runtime.items()) if name in WAITS},
+            "cpu_ops_ms": {name: [count, round(ms, 3)] for name, (count, ms) in top}}
+
+
 def resident_main(label: str, out: Path, address: str) -> Dict[str, Any]:
     """One engine of a ``together`` group, driven over a connection to the coordinator at ``address``: it
     says ``imported`` once SGLang is imported (while the engines before it start), starts on ``start``,
-    answers each ``cells`` with one run of its cells, and shuts down on ``stop``; its result record (without
-    cells: the coordinator keeps them)."""
+    answers each ``cells`` with one run of its cells and ``profile`` with :func:`profile_engine`'s summary,
+    and shuts down on ``stop``; its result record (without cells: the coordinator keeps them)."""
     from multiprocessing.connection import Client
 
     record = prepare_engine(label, out)
@@ -291,8 +352,14 @@ def resident_main(label: str, out: Path, address: str) -> Dict[str, Any]:
         return {"label": label, "ok": False, "error": "stopped before its start"}
     engine = launch_engine(record, out)
     conn.send(("ready", record))
-    while conn.recv() == "cells":
-        conn.send(("cells", engine_cells(engine, label)))
+    while True:
+        message = conn.recv()
+        if message == "cells":
+            conn.send(("cells", engine_cells(engine, label)))
+        elif message == "profile":
+            conn.send(("profile", profile_engine(engine, label, out)))
+        else:
+            break
     engine.shutdown()
     record["ok"] = True
     return record
@@ -488,6 +555,11 @@ class Group:
             print(f"round {r + 1}: {last:.0f} s", flush=True)
         return done
 
+    def profile(self, labels: List[str], seconds: float) -> Dict[str, Dict[str, Any]]:
+        """Each engine's :func:`profile_engine` summary, one engine at a time."""
+        return {label: summary for label in labels if label in self.conns
+                for summary in [self.ask(label, "profile", "profile", min(seconds, self.left()))] if summary is not None}
+
     def stop(self) -> None:
         for conn in self.conns.values():
             try:
@@ -512,6 +584,7 @@ def together_main(args) -> int:
     group = Group(labels, out, time.time() + args.deadline)
     up = group.start(labels)
     rounds = group.rounds(up, args.rounds, args.cell_seconds)
+    profiles = group.profile(up, args.cell_seconds) if args.profile else {}
     group.stop()
     with open(out / RESULTS, "a") as f:
         for label in labels:
@@ -521,6 +594,8 @@ def together_main(args) -> int:
             elif record.get("ok") is not False:
                 record.update(ok=False, error="no round ran")
             record["group"] = labels
+            if label in profiles:
+                record["profile"] = profiles[label]
             finish_record(record, group.log(label), group.began.get(label, time.time()))
             f.write(json.dumps(record) + "\n")
             print(f"{label}: ok={record['ok']} rounds={len(rounds.get(label, []))}", flush=True)
@@ -676,6 +751,8 @@ def main(argv=None) -> int:
     p_together.add_argument("--state", help="a directory holding earlier calls' results and continuations")
     p_together.add_argument("--deadline", type=float, default=480, help="no round starts that would end later")
     p_together.add_argument("--cell-seconds", type=float, default=120, help="the most one engine's cells may take")
+    p_together.add_argument("--profile", action="store_true",
+                            help="after the rounds, one batch-1 request per engine under SGLang's profiler (profile_engine)")
     p_engine = sub.add_parser("engine", help="one engine (run starts it in its own process)")
     p_engine.add_argument("label", choices=ENGINES)
     p_engine.add_argument("--out", required=True)

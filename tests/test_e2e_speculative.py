@@ -153,7 +153,13 @@ if behaviour == "dies":
     sys.exit(3)
 conn.send(("ready", {"label": label, "started": True}))
 rounds = 0
-while conn.recv() == "cells":
+while True:
+    message = conn.recv()
+    if message == "profile":
+        conn.send(("profile", {"label": label}))
+        continue
+    if message != "cells":
+        break
     rounds += 1
     with open(order, "a") as f:
         f.write(label + "\\n")
@@ -180,7 +186,9 @@ def test_a_group_starts_its_engines_in_turn_and_times_them_in_rotated_rounds(tmp
     group = e2e.Group(labels, tmp_path, time.time() + 60)
     up = group.start(labels)
     rounds = group.rounds(up, 3, cell_seconds=30)
+    profiles = group.profile(up, seconds=30)
     group.stop()
+    assert profiles == {label: {"label": label} for label in up}
     assert up == ["static2_ndt8", "static8_ndt8"]
     assert group.records["static4_ndt8"]["ok"] is False
     assert "rc 3" in group.records["static4_ndt8"]["error"] and "OutOfMemoryError" in group.records["static4_ndt8"]["error"]
@@ -203,3 +211,26 @@ def test_draft_model_table_judges_the_median_of_per_round_ratios():
     assert "| 1 | - | 100 | 96 | 96 | 0.978 (0.960-0.982, 3) | met | 1.000 (1.000-1.000, 3) |" in table
     results[1] = record("dflash_block_ndt16", [90.0, 100.0, 80.0])
     assert "| missed |" in e2e.draft_model_table(results)
+
+
+def test_trace_summary_counts_gpu_busy_time_and_the_host_s_waits(tmp_path):
+    import gzip
+
+    events = [
+        {"ph": "X", "cat": "kernel", "name": "gemm", "ts": 0, "dur": 100},
+        {"ph": "X", "cat": "kernel", "name": "gemm", "ts": 50, "dur": 100},  # overlaps the first: busy 0-150
+        {"ph": "X", "cat": "gpu_memcpy", "name": "DtoH", "ts": 400, "dur": 10},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "ts": 0, "dur": 5},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSynchronize", "ts": 160, "dur": 240},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 5, "dur": 4},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::nonzero", "ts": 150, "dur": 260},
+        {"ph": "i", "cat": "cpu_op", "name": "marker", "ts": 999},
+    ]
+    path = tmp_path / "x.trace.json.gz"
+    with gzip.open(path, "wt") as f:
+        json.dump({"traceEvents": events}, f)
+    summary = e2e.trace_summary(path)
+    assert summary["wall_ms"] == 0.41 and summary["gpu_busy_ms"] == 0.16
+    assert summary["kernels"] == 2 and summary["graph_launches"] == 1
+    assert summary["waits"] == {"cudaStreamSynchronize": [1, 0.24]}
+    assert summary["cpu_ops_ms"] == {"aten::nonzero": [1, 0.26]}
