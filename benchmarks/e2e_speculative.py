@@ -487,7 +487,7 @@ class Group:
     def _accept(self, count: int) -> None:
         for _ in range(count):
             conn = self.listener.accept()
-            kind, label = conn.recv()
+            _, label = conn.recv()  # ("imported", label)
             self.conns[label] = conn
 
     def ask(self, label: str, message: str, expect: str, timeout: float) -> Any:
