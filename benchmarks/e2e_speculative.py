@@ -114,6 +114,12 @@ width below 16 runs once, at ndt 8: at ndt 16 the same width differs only in the
 ``plain_sync`` (plain decoding without the overlap scheduler, as every speculative engine here runs) and the
 ``dflash*`` engines (batches 1-64; their tokens are never accepted with dummy weights) come last."""
 PLUGIN_KINDS = ("static", "by_batch", "controller", "dflash_block")
+DRAFT_MODEL_KINDS = ("dflash", "dflash_block")
+"""Issue 22's engines: ``draft_model_table`` reads them, ``tables`` and ``run``'s default order leave them out."""
+
+
+def draft_model(label: str) -> bool:
+    return ENGINES.get(label, {}).get("kind") in DRAFT_MODEL_KINDS
 
 
 def prompts(batch: int) -> List[List[int]]:
@@ -438,7 +444,7 @@ def run_main(args) -> int:
     seed_state(out, args.state)
     write_model()
     wanted = args.only.split(",") if args.only else [label for label in ENGINES
-                                                     if label != "plain_sync" and not label.startswith("dflash")]
+                                                     if label != "plain_sync" and not draft_model(label)]
     for label in wanted:
         if label in done_labels(out / RESULTS):
             continue
@@ -461,9 +467,14 @@ def run_main(args) -> int:
     return 0
 
 
+def lower_median(values: List[Any], key=None) -> Any:
+    """The median of ``values`` (the lower middle one for an even count), by ``key``."""
+    return sorted(values, key=key)[(len(values) - 1) // 2]
+
+
 def median_cells(rounds: List[List[Dict[str, Any]]]) -> List[Dict[str, Any]]:
-    """Cell by cell over the rounds, the cell of the median tokens/s (the lower middle one for an even count)."""
-    return [sorted(cells, key=lambda c: c["tokens_per_s"])[(len(cells) - 1) // 2] for cells in zip(*rounds)]
+    """Cell by cell over the rounds, the cell of the median tokens/s."""
+    return [lower_median(list(cells), key=lambda c: c["tokens_per_s"]) for cells in zip(*rounds)]
 
 
 class Group:
@@ -629,7 +640,7 @@ def static_label(width: int) -> str:
 def tables(results: List[Dict[str, Any]]) -> str:
     """Per ndt whose controller or static ndt ran, one markdown table of tokens/s and the bar's ratios per
     (batch, acceptance), and the engines' graph capture time and memory."""
-    results = [rec for rec in results if not rec["label"].startswith("dflash")]  # draft_model_table's
+    results = [rec for rec in results if not draft_model(rec["label"])]  # draft_model_table's
     r, committed = cells(results), cells(results, "committed_per_verify")
     parts = []
     for ndt in NDTS:
@@ -708,12 +719,12 @@ def draft_model_table(results: List[Dict[str, Any]]) -> str:
     def ratio(values: List[float]) -> str:
         if not values:
             return "-"
-        return f"{sorted(values)[(len(values) - 1) // 2]:.3f} ({min(values):.3f}-{max(values):.3f}, {len(values)})"
+        return f"{lower_median(values):.3f} ({min(values):.3f}-{max(values):.3f}, {len(values)})"
 
     for b in DRAFT_BATCHES:
         figures = [r.get(label, {}).get((b, ACCEPTANCES[0])) for label in ("plain", native, block, part)]
         ratios = vs_native.get(b, [])
-        verdict = "-" if not ratios else ("met" if sorted(ratios)[(len(ratios) - 1) // 2] >= DRAFT_BAR else "missed")
+        verdict = "-" if not ratios else ("met" if lower_median(ratios) >= DRAFT_BAR else "missed")
         rows.append("| " + " | ".join([str(b)] + ["-" if v is None else f"{v:.0f}" for v in figures]
                                        + [ratio(ratios), verdict, ratio(vs_block.get(b, []))]) + " |")
     return "\n".join(rows)
@@ -776,7 +787,7 @@ def main(argv=None) -> int:
     if args.command == "tables":
         results = [json.loads(line) for line in args.results.read_text().splitlines() if line.strip()]
         print(tables(results))
-        if any(r["label"].startswith("dflash") for r in results):
+        if any(draft_model(r["label"]) for r in results):
             print("\n" + draft_model_table(results))
         return 0
     record = {"label": args.label, "ok": False}
