@@ -288,8 +288,9 @@ WAITS = ("cudaStreamSynchronize", "cudaEventSynchronize", "cudaDeviceSynchronize
 
 def profile_engine(engine, label: str, out: Path) -> Dict[str, Any]:
     """One batch-1 request under SGLang's own profiler (``Engine.start_profile``, CPU and GPU, stopping itself
-    after :data:`PROFILED_STEPS` forward steps); :func:`trace_summary` of the trace it wrote."""
-    directory = Path(tempfile.gettempdir()) / "e2e-profiles" / label  # traces are large: only the summary goes to OUT
+    after :data:`PROFILED_STEPS` forward steps); :func:`trace_summary` of the trace it wrote, which is kept as
+    ``OUT/profiles/LABEL.trace.json.gz`` (the script packs the folder into one archive)."""
+    directory = Path(tempfile.gettempdir()) / "e2e-profiles" / label
     directory.mkdir(parents=True, exist_ok=True)
     engine.start_profile(output_dir=str(directory), num_steps=PROFILED_STEPS, activities=["CPU", "GPU"])
     acceptance = ACCEPTANCES[-1] if ENGINES[label]["kind"] in ("static", "by_batch", "controller") else None
@@ -300,7 +301,11 @@ def profile_engine(engine, label: str, out: Path) -> Dict[str, Any]:
             break
         time.sleep(1)
         traces = sorted(directory.glob("*.trace.json.gz"))
-    return trace_summary(traces[-1]) if traces else {"error": f"no trace in {directory}"}
+    if not traces:
+        return {"error": f"no trace in {directory}"}
+    (out / "profiles").mkdir(exist_ok=True)
+    shutil.copyfile(traces[-1], out / "profiles" / f"{label}.trace.json.gz")
+    return trace_summary(traces[-1])
 
 
 def trace_summary(path: Path) -> Dict[str, Any]:

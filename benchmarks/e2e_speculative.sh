@@ -7,7 +7,8 @@
 # then benchmarks/e2e_speculative.py runs the engines not yet in e2e-state until DEADLINE (default 470 s) from
 # this script's start; with ENGINE_GROUPS, each group (labels separated by commas, groups by semicolons) is resident
 # together and timed in ROUNDS rounds (e2e_speculative.py together), one group after the other; PROFILE=1: then
-# one batch-1 request per engine under SGLang's profiler (each record's "profile": where the host waits).
+# one batch-1 request per engine under SGLang's profiler (each record's "profile": where the host waits; the
+# traces in profiles.tar).
 # $OUT gets e2e_speculative.jsonl (every engine so far), continuations.json, logs.tar.xz (logs/ and configs/) and
 # the JIT caches.
 set -u
@@ -31,6 +32,7 @@ else
   python3 benchmarks/e2e_speculative.py run --out "$OUT" --state "$E/e2e-state" --deadline $(( ${DEADLINE:-470} - ($(date +%s) - T0) )) --engine-seconds "${ENGINE_SECONDS:-150}" ${1:+--only "$1"}
 fi
 tar -C "$OUT" -cJf "$OUT/logs.tar.xz" logs configs 2>/dev/null && rm -rf "$OUT/logs" "$OUT/configs"
+[ -d "$OUT/profiles" ] && tar -C "$OUT" -cf "$OUT/profiles.tar" profiles && rm -rf "$OUT/profiles"
 tar -C / -cJf "$OUT/jit_flashinfer.tar.xz" root/.cache/flashinfer 2>/dev/null
 tar -C / -cJf "$OUT/jit_triton.tar.xz" root/.triton 2>/dev/null
 ls -la "$OUT"
