@@ -45,7 +45,7 @@ if __name__ == "__main__":
     prefix = args.prefix or {"flashinfer": "fi_", "triton": "tri_"}[args.backend]  # engine labels in run.sh
     found = [d for d in json.load(open(args.divergences)) if d["label"].startswith(prefix)]
     options = argparse.Namespace(backend=args.backend, tp=1, batches=[32], cuda_graph=True, deterministic=False,
-                                 dtype=args.dtype, staggered=False, spec=None)
+                                 dtype=args.dtype, staggered=False, spec=None, model=None)  # the target: $ENGINE_MODEL
     engine = sglang.Engine(**engine_kwargs(options))
     outputs = engine.generate(input_ids=[d["input_ids"] for d in found], **MARGIN_REQUEST)
     with open(os.path.join(os.environ.get("OUT", "."), "margins.jsonl"), "a") as f:
