@@ -280,6 +280,9 @@ def engine_main(label: str, out: Path) -> Dict[str, Any]:
     return record
 
 
+PROFILE_SECONDS = 75
+"""What one engine's profile may take: its batch-1 request and the trace SGLang writes after it (``profile_engine``
+waits up to 60 s for it). On 2026-12-02 engines asked with less than this left answered nothing or no trace."""
 PROFILED_STEPS = 24
 """Forward steps SGLang's profiler records in ``profile_engine`` (the prefill and 23 decode steps at batch 1)."""
 WAITS = ("cudaStreamSynchronize", "cudaEventSynchronize", "cudaDeviceSynchronize", "cudaMemcpyAsync", "cudaMemcpy")
@@ -571,10 +574,20 @@ class Group:
             print(f"round {r + 1}: {last:.0f} s", flush=True)
         return done
 
-    def profile(self, labels: List[str], seconds: float) -> Dict[str, Dict[str, Any]]:
-        """Each engine's :func:`profile_engine` summary, one engine at a time."""
-        return {label: summary for label in labels if label in self.conns
-                for summary in [self.ask(label, "profile", "profile", min(seconds, self.left()))] if summary is not None}
+    def profile(self, labels: List[str], seconds: float = PROFILE_SECONDS) -> Dict[str, Dict[str, Any]]:
+        """Each engine's :func:`profile_engine` summary, one engine at a time, each given ``seconds``; an engine
+        is not asked once fewer than ``seconds`` are left before the deadline (left out, its record unmarked)."""
+        summaries = {}
+        for label in labels:
+            if label not in self.conns:
+                continue
+            if self.left() < seconds:
+                print(f"{label}: not profiled, {self.left():.0f} s left", flush=True)
+                continue
+            summary = self.ask(label, "profile", "profile", seconds)
+            if summary is not None:
+                summaries[label] = summary
+        return summaries
 
     def stop(self) -> None:
         for conn in self.conns.values():
@@ -600,7 +613,7 @@ def together_main(args) -> int:
     group = Group(labels, out, time.time() + args.deadline)
     up = group.start(labels)
     rounds = group.rounds(up, args.rounds, args.cell_seconds)
-    profiles = group.profile(up, args.cell_seconds) if args.profile else {}
+    profiles = group.profile(up) if args.profile else {}
     group.stop()
     with open(out / RESULTS, "a") as f:
         for label in labels:

@@ -198,9 +198,29 @@ def test_a_group_starts_its_engines_in_turn_and_times_them_in_rotated_rounds(tmp
     assert "rc 3" in group.records["static4_ndt8"]["error"] and "OutOfMemoryError" in group.records["static4_ndt8"]["error"]
     assert order.read_text().split() == ["static2_ndt8", "static8_ndt8", "static8_ndt8", "static2_ndt8",
                                          "static2_ndt8", "static8_ndt8"]
+
     assert [len(rounds[label]) for label in up] == [3, 3]
     assert e2e.median_cells(rounds["static2_ndt8"])[0]["tokens_per_s"] == 200.0
     assert all(proc.poll() is not None for proc in group.procs.values())
+
+def test_no_engine_is_profiled_with_too_little_time_left(tmp_path, monkeypatch):
+    """An engine asked for a profile with seconds to spare answers nothing or no trace (seen on the H200): the
+    coordinator does not ask once fewer than ``seconds`` are left, and leaves the engine's record unmarked."""
+    child, order = tmp_path / "stand_in.py", tmp_path / "order.txt"
+    child.write_text(STAND_IN)
+
+    def stand_in(command, out, log):
+        return subprocess.Popen([sys.executable, str(child), command[1], command[3], str(order), "serves"],
+                                stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+
+    monkeypatch.setattr(e2e, "engine_process", stand_in)
+    (tmp_path / "logs").mkdir()
+    group = e2e.Group(["static2_ndt8"], tmp_path, time.time() + 60)
+    up = group.start(["static2_ndt8"])
+    profiles = group.profile(up, seconds=120)
+    group.stop()
+    assert up == ["static2_ndt8"] and profiles == {}
+    assert "error" not in group.records["static2_ndt8"]
 
 
 def test_draft_model_table_judges_the_median_of_per_round_ratios():
