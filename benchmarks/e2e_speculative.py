@@ -280,9 +280,11 @@ def engine_main(label: str, out: Path) -> Dict[str, Any]:
     return record
 
 
-PROFILE_SECONDS = 75
-"""What one engine's profile may take: its batch-1 request and the trace SGLang writes after it (``profile_engine``
-waits up to 60 s for it). On 2026-12-02 engines asked with less than this left answered nothing or no trace."""
+TRACE_SECONDS = 60
+"""How long ``profile_engine`` waits for the trace SGLang's scheduler writes after its last profiled step."""
+PROFILE_SECONDS = TRACE_SECONDS + 15
+"""What one engine's profile may take: its batch-1 request and the trace. On 2026-12-02 engines asked with less
+than this left answered nothing or no trace."""
 PROFILED_STEPS = 24
 """Forward steps SGLang's profiler records in ``profile_engine`` (the prefill and 23 decode steps at batch 1)."""
 WAITS = ("cudaStreamSynchronize", "cudaEventSynchronize", "cudaDeviceSynchronize", "cudaMemcpyAsync", "cudaMemcpy")
@@ -299,7 +301,7 @@ def profile_engine(engine, label: str, out: Path) -> Dict[str, Any]:
     acceptance = ACCEPTANCES[-1] if ENGINES[label]["kind"] in ("static", "by_batch", "controller") else None
     generate(engine, 1, PROFILED_STEPS + 16, acceptance)
     traces = sorted(directory.glob("*.trace.json.gz"))
-    for _ in range(60):  # the scheduler writes the trace after its last profiled step
+    for _ in range(TRACE_SECONDS):
         if traces:
             break
         time.sleep(1)

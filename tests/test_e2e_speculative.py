@@ -171,22 +171,28 @@ while True:
 '''
 
 
-def test_a_group_starts_its_engines_in_turn_and_times_them_in_rotated_rounds(tmp_path, monkeypatch):
-    """The coordinator of ``together`` with stand-in engine processes that speak its protocol (no GPU, no
-    SGLang): an engine that dies at its start is recorded with its own error, the others run every round in
-    an order rotated each round, and a record's cells are the median round's."""
+def stand_ins(tmp_path, monkeypatch, dying=None):
+    """Engines of a ``Group`` in ``tmp_path`` are :data:`STAND_IN` processes (``dying``: the label of one that
+    dies at its start); the path of the file where they write their label each round."""
     child, order = tmp_path / "stand_in.py", tmp_path / "order.txt"
     child.write_text(STAND_IN)
-    labels = ["static2_ndt8", "static4_ndt8", "static8_ndt8"]
 
     def stand_in(command, out, log):
         label, address = command[1], command[3]
-        behaviour = "dies" if label == "static4_ndt8" else "serves"
-        return subprocess.Popen([sys.executable, str(child), label, address, str(order), behaviour],
+        return subprocess.Popen([sys.executable, str(child), label, address, str(order),
+                                 "dies" if label == dying else "serves"],
                                 stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
 
     monkeypatch.setattr(e2e, "engine_process", stand_in)
     (tmp_path / "logs").mkdir()
+    return order
+
+def test_a_group_starts_its_engines_in_turn_and_times_them_in_rotated_rounds(tmp_path, monkeypatch):
+    """The coordinator of ``together`` with stand-in engine processes that speak its protocol (no GPU, no
+    SGLang): an engine that dies at its start is recorded with its own error, the others run every round in
+    an order rotated each round, and a record's cells are the median round's."""
+    labels = ["static2_ndt8", "static4_ndt8", "static8_ndt8"]
+    order = stand_ins(tmp_path, monkeypatch, dying="static4_ndt8")
     group = e2e.Group(labels, tmp_path, time.time() + 60)
     up = group.start(labels)
     rounds = group.rounds(up, 3, cell_seconds=30)
@@ -198,23 +204,15 @@ def test_a_group_starts_its_engines_in_turn_and_times_them_in_rotated_rounds(tmp
     assert "rc 3" in group.records["static4_ndt8"]["error"] and "OutOfMemoryError" in group.records["static4_ndt8"]["error"]
     assert order.read_text().split() == ["static2_ndt8", "static8_ndt8", "static8_ndt8", "static2_ndt8",
                                          "static2_ndt8", "static8_ndt8"]
-
     assert [len(rounds[label]) for label in up] == [3, 3]
     assert e2e.median_cells(rounds["static2_ndt8"])[0]["tokens_per_s"] == 200.0
     assert all(proc.poll() is not None for proc in group.procs.values())
 
+
 def test_no_engine_is_profiled_with_too_little_time_left(tmp_path, monkeypatch):
     """An engine asked for a profile with seconds to spare answers nothing or no trace (seen on the H200): the
     coordinator does not ask once fewer than ``seconds`` are left, and leaves the engine's record unmarked."""
-    child, order = tmp_path / "stand_in.py", tmp_path / "order.txt"
-    child.write_text(STAND_IN)
-
-    def stand_in(command, out, log):
-        return subprocess.Popen([sys.executable, str(child), command[1], command[3], str(order), "serves"],
-                                stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
-
-    monkeypatch.setattr(e2e, "engine_process", stand_in)
-    (tmp_path / "logs").mkdir()
+    stand_ins(tmp_path, monkeypatch)
     group = e2e.Group(["static2_ndt8"], tmp_path, time.time() + 60)
     up = group.start(["static2_ndt8"])
     profiles = group.profile(up, seconds=120)

@@ -164,7 +164,8 @@ def run(args, record):
     record["ok"] = True
 
 
-if __name__ == "__main__":
+def arguments() -> argparse.ArgumentParser:
+    """This script's command line; ``margins.py`` parses its engine's with it too."""
     parser = argparse.ArgumentParser()
     parser.add_argument("label")
     parser.add_argument("--backend", required=True)
@@ -181,7 +182,11 @@ if __name__ == "__main__":
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--timing", action="store_true")
     parser.add_argument("--sampled", action="store_true", help="also send a temperature-0.8 request")
-    args = parser.parse_args()
+    return parser
+
+
+if __name__ == "__main__":
+    args = arguments().parse_args()
     record = {"label": args.label, "backend": args.backend, "cuda_graph": args.cuda_graph,
               "deterministic": args.deterministic, "dtype": args.dtype, "staggered": args.staggered, "spec": args.spec,
               "ndt": args.ndt if args.spec else None, "tp": args.tp, "model": args.model, "draft": args.draft,

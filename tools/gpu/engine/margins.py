@@ -40,12 +40,12 @@ if __name__ == "__main__":
     args = parser.parse_args()
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import sglang
-    from engine_check import engine_kwargs
+    from engine_check import arguments, engine_kwargs
 
     prefix = args.prefix or {"flashinfer": "fi_", "triton": "tri_"}[args.backend]  # engine labels in run.sh
     found = [d for d in json.load(open(args.divergences)) if d["label"].startswith(prefix)]
-    options = argparse.Namespace(backend=args.backend, tp=1, batches=[32], cuda_graph=True, deterministic=False,
-                                 dtype=args.dtype, staggered=False, spec=None, model=None)  # the target: $ENGINE_MODEL
+    # the plain engine as engine_check.py starts it (the target: $ENGINE_MODEL)
+    options = arguments().parse_args(["margins", "--backend", args.backend, "--batches", "32", "--dtype", args.dtype])
     engine = sglang.Engine(**engine_kwargs(options))
     outputs = engine.generate(input_ids=[d["input_ids"] for d in found], **MARGIN_REQUEST)
     with open(os.path.join(os.environ.get("OUT", "."), "margins.jsonl"), "a") as f:
