@@ -56,3 +56,20 @@ def test_the_readme_s_ratios_of_verifying_below_the_block(records):
     readme = (RESULTS / "README.md").read_text()
     rows = [line for line in readme.splitlines() if line.startswith("| ") and line.count("|") == 5 and line[2].isdigit()]
     assert len(ratios) == 8 and [row.split("|")[4].strip() for row in rows] == [f"{r:.2f}" for r in ratios], (rows, ratios)
+
+
+def test_every_graphed_divergence_was_measured_as_a_near_tie(records):
+    """margins.py measured each divergence of divergences.json on the plain engine: within one bf16 step of its top
+    token (0.25 on the random target), native DFLASH and DFLASH_BLOCK alike, and the README's table is what it read."""
+    import json
+
+    measured = compare.margins(RESULTS)
+    divergences = json.loads((RESULTS / "divergences.json").read_text())
+    assert sum(m["divergences"] for m in measured.values()) == len(divergences) == 365
+    assert {label: m["divergences"] for label, m in measured.items()} == \
+        {label: sum(d["label"] == label for d in divergences) for label in measured}
+    assert max(m["max_margin"] for m in measured.values()) <= 0.25
+    assert measured["dm_block_cg"] == measured["dm_native_cg"] and measured["da_block_cg"] == measured["da_native_cg"]
+    readme = (RESULTS / "README.md").read_text()
+    for label, m in measured.items():
+        assert f"| {label} | {m['divergences']} | {m['chosen_are_top2']} | {m['max_margin']} |" in readme, label

@@ -47,3 +47,16 @@ def test_each_eager_divergence_is_a_near_tie_of_the_model():
     for row in rows:
         for dtype in ("float32", "bfloat16"):
             assert set(row[dtype]["top2"]) == {row["speculative"], row["plain"]} and row[dtype]["gap"] < 0.05, row
+
+
+def test_every_divergence_was_a_near_tie_on_the_h200_too():
+    """margins.py on the H200's plain engine: every divergence of divergences.json (graphs on and off) is between
+    its two most likely tokens, a bf16 step or two apart, as the README says."""
+    import json
+
+    divergences = json.loads((RESULTS / "divergences.json").read_text())
+    assert divergences == compare.divergences(compare.load(RESULTS))
+    measured = compare.margins(RESULTS)
+    assert {label: m["divergences"] for label, m in measured.items()} == {"sbd_sbd_nocg": 4, "sbd_sbd_cg": 7}
+    assert all(m["chosen_are_top2"] == m["divergences"] and m["max_margin"] <= 0.0156 for m in measured.values())
+    assert "in all 11 the two engines' tokens are its two most likely, at most 0.0156 apart" in (RESULTS / "README.md").read_text()

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the H200 machine, from the root of the tree a device call sent (carry: .e2e, built by site.sh):
 #   tools/gpu/engine/run.sh PHASE...      phases: setup single flashinfer triton deterministic precision widths
-#                                         draft draft_accepting drafts draft_speed sbd tp margins soak
+#                                         draft draft_accepting drafts draft_speed sbd tp margins draft_margins soak
 # setup   unpack .e2e/site.tar.xz to /tmp/site, install .e2e/wheels to /tmp/site-proj, write the model
 # single  two queues of engines at once, one per GPU (GPU 0: triton, GPU 1: flashinfer; on a one-GPU
 #         machine both on GPU 0, one after the other): plain decoding, PROMPT_LOOKUP below and at ndt,
@@ -33,6 +33,7 @@
 #         plugins_sbd.toml) on the favoured tiny target, flashinfer, graphs on and off, batches 1, 8, 32, 64,
 #         and plain decoding; two engines at a time on GPU 0 (nothing is timed)
 # tp      tensor parallelism 2 on GPUs 0 and 1
+# draft_margins  margins (below) of the draft (dm_, da_) and sbd engines' divergences, in one margins.jsonl
 # margins how close each divergence of results/engine/divergences.json was (MARGINS=flashinfer: one backend)
 # soak    tools/gpu/soak.py: 2,000 mixed requests (mixed lengths, ~5% refused, ~5% aborted mid-stream, a KV
 #         pool small enough that SGLang retracts) through sglang.Engine with PROMPT_LOOKUP, and through SGLang's
@@ -210,6 +211,12 @@ for phase in "$@"; do
     soak) soak_run ;;
     drafts_soak)  # nothing here is timed against anything else: they share the GPU
       soak_run & for p in ${DRAFTS:-dm da}; do draft_phase $p & done; wait ;;
+    draft_margins)  # the same for the draft-model and SBD engines' divergences (results/draft, results/sbd)
+      for which in "dm $ENGINE_MODEL draft" "da /tmp/tiny-favoured draft" "sbd /tmp/tiny-favoured sbd"; do
+        set -- $which
+        (cd /tmp && ENGINE_MODEL=$2 timeout 300 python3 $H/margins.py $H/../results/$3/divergences.json flashinfer \
+           --prefix ${1}_ > /tmp/engine-logs/margins_$1.log 2>&1); tl "margins $1 rc=$?"
+      done ;;
     margins)  # how close each divergence of results/engine/divergences.json was (margins.py)
       for backend in ${MARGINS:-flashinfer triton}; do
         (cd /tmp && timeout 200 python3 $H/margins.py $H/../results/engine/divergences.json $backend \
