@@ -28,7 +28,11 @@ per request (the accepted drafts, then the target's own token). Per slot:
   with the width while ``T`` rises ever faster, so the rate has one peak and
   the path to it climbs); otherwise an unmeasured neighbour predicted within
   ``explore`` of the current width is tried for one interval, after which it
-  is measured;
+  is measured. A width's seconds count as measured for ``probe_after``
+  decisions after the slot last ran at it: an older time (one noisy interval,
+  or a cost that has moved since) is predicted again like a width never run,
+  so a neighbour it made look slow is tried again rather than ruled out for
+  good;
 * at width 1 no draft is verified, so nothing says whether acceptance has
   come back: after ``probe_after`` decisions there the slot tries its next
   width for one interval, its EMA started afresh from that interval's steps.
@@ -51,7 +55,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from .errors import closest, is_plain_int
@@ -149,6 +153,22 @@ def acceptance_from(committed: float, width: int) -> float:
     return (low + high) / 2
 
 
+def _predicted_seconds(timed: Mapping[int, float], width: int) -> float:
+    """Seconds per step at ``width`` from the widths ``timed`` (see the module doc)."""
+    if width in timed:
+        return timed[width]
+    measured = sorted(timed.items())
+    if not measured:
+        return 1.0  # no time yet: every width alike, acceptance alone decides
+    if len(measured) == 1:
+        (w0, t0), = measured
+        return t0 * math.sqrt(width / w0)
+    near = sorted(measured, key=lambda item: (abs(item[0] - width), item[0]))[:2]
+    (w1, t1), (w2, t2) = sorted(near)
+    predicted = t1 + (t2 - t1) * (width - w1) / (w2 - w1)
+    return max(predicted, 0.25 * min(t for _, t in measured))
+
+
 @dataclass
 class _Slot:
     """One bucket's state."""
@@ -158,6 +178,8 @@ class _Slot:
     committed: float  # EMA of committed tokens per request at ``width``
     acceptance: float
     seconds: Dict[int, float]  # EMA of seconds per step, per width run at
+    measured: Dict[int, int] = field(default_factory=dict)  # per width in seconds: the decision that last timed it
+    decisions: int = 0
     steps: int = 0  # steps observed
     decisions_at_one: int = 0  # decisions since the slot came to (or last probed from) width 1
     fresh: bool = False  # the next step starts the EMA afresh (the slot just left width 1: no estimate to keep)
@@ -204,10 +226,12 @@ class WidthsByAcceptance:
         """The slot's decision: ``seconds`` is the mean seconds per step of each
         width it ran at in the interval. Returns the new width, None to stay."""
         s, cfg = self._slot(slot), self.settings
+        s.decisions += 1
         for width, value in sorted(seconds.items()):
             if value > 0 and math.isfinite(value):
-                old = s.seconds.get(width)
+                old = self._timed(s).get(width)
                 s.seconds[width] = value if old is None else (1 - cfg.ema_weight) * old + cfg.ema_weight * value
+                s.measured[width] = s.decisions
         if s.width > 1:
             s.acceptance = acceptance_from(s.committed, s.width)
             self._latest_acceptance = s.acceptance
@@ -237,28 +261,18 @@ class WidthsByAcceptance:
             if s.decisions_at_one >= cfg.probe_after:
                 s.decisions_at_one = 0
                 return s.candidates[1]  # probe: is speculation winning again?
-        rate = {w: expected_committed(s.acceptance, w) / self._predicted_seconds(s, w) for w in s.candidates}
+        timed = self._timed(s)
+        rate = {w: expected_committed(s.acceptance, w) / _predicted_seconds(timed, w) for w in s.candidates}
         best = max(s.candidates, key=lambda w: (rate[w], w == s.width, -w))
         if rate[best] > rate[s.width] * (1 + cfg.margin):
             return s.candidates[i + 1] if best > s.width else s.candidates[i - 1]  # one step towards it
         neighbours = s.candidates[max(0, i - 1):i] + s.candidates[i + 1:i + 2]
-        unmeasured = [w for w in neighbours if w not in s.seconds and rate[w] >= rate[s.width] * (1 - cfg.explore)]
+        unmeasured = [w for w in neighbours if w not in timed and rate[w] >= rate[s.width] * (1 - cfg.explore)]
         return max(unmeasured, key=lambda w: (rate[w], -w)) if unmeasured else s.width
 
-    @staticmethod
-    def _predicted_seconds(s: _Slot, width: int) -> float:
-        if width in s.seconds:
-            return s.seconds[width]
-        measured = sorted(s.seconds.items())
-        if not measured:
-            return 1.0  # no time yet: every width alike, acceptance alone decides
-        if len(measured) == 1:
-            (w0, t0), = measured
-            return t0 * math.sqrt(width / w0)
-        near = sorted(measured, key=lambda item: (abs(item[0] - width), item[0]))[:2]
-        (w1, t1), (w2, t2) = sorted(near)
-        predicted = t1 + (t2 - t1) * (width - w1) / (w2 - w1)
-        return max(predicted, 0.25 * min(t for _, t in measured))
+    def _timed(self, s: _Slot) -> Dict[int, float]:
+        """The slot's seconds per step of the widths still counted as measured (see the module doc)."""
+        return {w: t for w, t in s.seconds.items() if s.decisions - s.measured[w] <= self.settings.probe_after}
 
     def _switch(self, index: int, s: _Slot, new: int) -> None:
         if new == 1:

@@ -103,16 +103,17 @@ def test_each_slot_starts_at_its_middle_candidate():
 @given(st.floats(0.05, 0.95), st.floats(0.0, 2.0), st.integers(0, 2))
 def test_it_settles_within_the_margin_of_the_best_width(acceptance, cost_per_token, slot):
     """A step of w tokens per request costing 1 + k*w (flat where the GPU waits on memory, rising
-    where it computes): after a while the slot sits at a width whose committed tokens per second are
-    within the hysteresis margin of the best candidate's."""
+    where it computes): after a while the slot sits at widths whose committed tokens per second are
+    within the hysteresis margin of the best candidate's, leaving them only to time a neighbour again."""
     c = WidthsByAcceptance(TABLE, QUICK)
     cost = lambda w: 1.0 + cost_per_token * w  # noqa: E731
     widths = run(c, slot, 120, acceptance, cost, batch=10 ** 6)  # committed tokens nearly their mean
     rate = {w: expected_committed(acceptance, w) / cost(w) for w in TABLE.widths[slot]}
     tail = widths[-20:]
     settled = max(set(tail), key=tail.count)
-    assert rate[settled] * (1 + QUICK.margin) >= max(rate.values()) * (1 - 1e-4), (tail, rate)
-    assert all(w == settled or (settled == 1 and w == TABLE.widths[slot][1]) for w in tail), tail  # or probing
+    good = {w for w in rate if rate[w] * (1 + QUICK.margin) >= max(rate.values()) * (1 - 1e-4)}
+    assert settled in good, (tail, rate)
+    assert sum(w not in good for w in tail) <= len(tail) // 4, (tail, rate)  # but briefly re-measuring a neighbour
 
 
 @settings(max_examples=30, deadline=None)
@@ -153,6 +154,24 @@ def test_plain_decoding_when_speculation_loses_and_a_probe_later():
     assert widths[:3] == [2, 2, 2] and widths[-1] == 1
     ones = widths[widths.index(1):]
     assert 2 in ones and ones.count(2) <= len(ones) // 4  # probes, briefly
+
+
+def test_a_time_measured_once_too_slow_is_measured_again():
+    """A width whose first interval ran slow (a one-off: 10 s a step where it costs 2) is not ruled out for good:
+    once its time is older than probe_after decisions the slot tries it again, and climbs to the best width (8).
+    With times kept for ever (probe_after beyond the run) the slot never leaves widths 1-2 again."""
+    def first_interval_at_4_slow(settings):
+        c, seen = WidthsByAcceptance(TABLE, settings), []
+
+        def seconds(w):
+            seen.append(w)
+            return 10.0 if w == 4 and seen.count(4) <= settings.interval_steps else 1.0 + 0.25 * w
+        return run(c, 1, 200, 0.9, seconds, batch=10 ** 6)
+
+    widths = first_interval_at_4_slow(AcceptanceSettings(warmup_steps=2, interval_steps=2, probe_after=4))
+    assert 4 in widths[:10] and widths[-10:].count(8) >= 8, widths
+    kept = first_interval_at_4_slow(AcceptanceSettings(warmup_steps=2, interval_steps=2, probe_after=1000))
+    assert max(kept[20:]) <= 2, kept
 
 
 def test_acceptance_that_comes_back_is_found_by_the_probe():
