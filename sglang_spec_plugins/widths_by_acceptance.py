@@ -28,7 +28,7 @@ per request (the accepted drafts, then the target's own token). Per slot:
   with the width while ``T`` rises ever faster, so the rate has one peak and
   the path to it climbs); otherwise an unmeasured neighbour predicted within
   ``explore`` of the current width is tried for one interval, after which it
-  is measured. A width's seconds count as measured for ``probe_after``
+  is measured. A width's seconds count as measured for ``retime_after``
   decisions after the slot last ran at it: an older time (one noisy interval,
   or a cost that has moved since) is predicted again like a width never run,
   so a neighbour it made look slow is tried again rather than ruled out for
@@ -82,6 +82,7 @@ class AcceptanceSettings:
     margin: float = 0.03
     explore: float = 0.1
     probe_after: int = 8
+    retime_after: int = 32
     log_every: int = 32
 
     @classmethod
@@ -110,7 +111,7 @@ class AcceptanceSettings:
 
 _FRACTIONS = {"ema_weight": (0.0, 1.0, False)}  # (low, high, low allowed)
 _NON_NEGATIVE_FLOATS = ("margin", "explore")
-_COUNTS = {"warmup_steps": 0, "interval_steps": 1, "probe_after": 1, "log_every": 1}  # smallest allowed
+_COUNTS = {"warmup_steps": 0, "interval_steps": 1, "probe_after": 1, "retime_after": 1, "log_every": 1}  # smallest allowed
 
 
 def _checked(key: str, value: Any) -> Any:
@@ -272,7 +273,7 @@ class WidthsByAcceptance:
 
     def _timed(self, s: _Slot) -> Dict[int, float]:
         """The slot's seconds per step of the widths still counted as measured (see the module doc)."""
-        return {w: t for w, t in s.seconds.items() if s.decisions - s.measured[w] <= self.settings.probe_after}
+        return {w: t for w, t in s.seconds.items() if s.decisions - s.measured[w] <= self.settings.retime_after}
 
     def _switch(self, index: int, s: _Slot, new: int) -> None:
         if new == 1:

@@ -158,8 +158,8 @@ def test_plain_decoding_when_speculation_loses_and_a_probe_later():
 
 def test_a_time_measured_once_too_slow_is_measured_again():
     """A width whose first interval ran slow (a one-off: 10 s a step where it costs 2) is not ruled out for good:
-    once its time is older than probe_after decisions the slot tries it again, and climbs to the best width (8).
-    With times kept for ever (probe_after beyond the run) the slot never leaves widths 1-2 again."""
+    once its time is older than retime_after decisions the slot tries it again, and climbs to the best width (8).
+    With times kept for ever (retime_after beyond the run) the slot never leaves widths 1-2 again."""
     def first_interval_at_4_slow(settings):
         c, seen = WidthsByAcceptance(TABLE, settings), []
 
@@ -168,9 +168,9 @@ def test_a_time_measured_once_too_slow_is_measured_again():
             return 10.0 if w == 4 and seen.count(4) <= settings.interval_steps else 1.0 + 0.25 * w
         return run(c, 1, 200, 0.9, seconds, batch=10 ** 6)
 
-    widths = first_interval_at_4_slow(AcceptanceSettings(warmup_steps=2, interval_steps=2, probe_after=4))
+    widths = first_interval_at_4_slow(AcceptanceSettings(warmup_steps=2, interval_steps=2, retime_after=16))
     assert 4 in widths[:10] and widths[-10:].count(8) >= 8, widths
-    kept = first_interval_at_4_slow(AcceptanceSettings(warmup_steps=2, interval_steps=2, probe_after=1000))
+    kept = first_interval_at_4_slow(AcceptanceSettings(warmup_steps=2, interval_steps=2, retime_after=1000))
     assert max(kept[20:]) <= 2, kept
 
 
