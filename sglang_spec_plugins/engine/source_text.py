@@ -37,6 +37,12 @@ _LEAVES_CLASS = re.compile(r"\n[^\s#)]")  # a top-level line: the class body end
 _CODE_LINE = re.compile(r"\n([ \t]*)[^\s#)\]}]")  # a line that can end a block (not blank, comment, closer)
 
 
+@functools.lru_cache(maxsize=None)
+def _block_end(indent: int) -> Pattern[str]:
+    """A line that can end a block (as ``_CODE_LINE``) indented no deeper than ``indent``: one search in C."""
+    return re.compile(r"\n[ \t]{0,%d}[^\s#)\]}]" % indent)
+
+
 _recorders: List[Set[str]] = []
 
 
@@ -121,7 +127,8 @@ def _method(path: Path, qualname: str) -> Optional[Tuple[int, str]]:
         return None
     start = text.rfind("\n", 0, define) + 1
     indent = define - start
-    end = next((m.start() for m in _CODE_LINE.finditer(text, text.find("\n", define)) if len(m.group(1)) <= indent), len(text))
+    ends = _block_end(indent).search(text, text.find("\n", define))
+    end = ends.start() if ends else len(text)
     lines = text[start:end + 1].splitlines(keepends=True)
     while lines and (not lines[-1].strip() or _is_outer_comment(lines[-1], indent)):
         lines.pop()  # trailing blank lines and outer comments belong to no block
@@ -238,7 +245,7 @@ def _blocks(text: str) -> List[Block]:
         for define in _DEF.finditer(text, start + 1, stop):
             if len(define.group(1)) != indent:
                 continue
-            end = next((m.start() for m in _CODE_LINE.finditer(text, text.find("\n", define.start() + 1), stop)
-                        if len(m.group(1)) <= indent), stop)
+            ends = _block_end(indent).search(text, text.find("\n", define.start() + 1), stop)
+            end = ends.start() if ends else stop
             found.append((define.start(), end, indent, named.group(1)))
     return found
