@@ -103,26 +103,31 @@ def method_in_file(path: Path, qualname: str) -> Optional[str]:
 
 
 def function_source(func) -> Optional[str]:
-    """What ``textwrap.dedent(inspect.getsource(func))`` gives for a method
-    defined directly in a top-level class of its file, found as above and
-    accepted only when it starts at the function's first line (a decorated or
-    nested function, or a file changed since, gives None: ask ``inspect``)."""
+    """What ``textwrap.dedent(inspect.getsource(func))`` gives for a top-level
+    function or a method defined directly in a top-level class of its file,
+    found as above and accepted only when it starts at the function's first
+    line (a decorated or nested function, or a file changed since, gives None:
+    ask ``inspect``)."""
     code = getattr(func, "__code__", None)
-    if code is None or getattr(func, "__qualname__", "").count(".") != 1 or not Path(code.co_filename).is_file():
+    if code is None or getattr(func, "__qualname__", "").count(".") > 1 or not Path(code.co_filename).is_file():
         return None
     found = _method(Path(code.co_filename), func.__qualname__)
     return found[1] if found is not None and found[0] == code.co_firstlineno else None
 
 
 def _method(path: Path, qualname: str) -> Optional[Tuple[int, str]]:
-    """(line number of the ``def``, dedented source) of ``Class.method`` in the file at ``path``."""
+    """(line number of the ``def``, dedented source) of ``Class.method``, or of
+    the column-0 ``def`` of the function ``qualname``, in the file at ``path``."""
     text = _text(path)
     owner_name, _, attr = qualname.rpartition(".")
-    owner = _line_starting(text, f"class {owner_name}", 0, len(text), lambda after: not (after.isalnum() or after == "_"))
-    if owner is None:
-        return None
-    body_end = _LEAVES_CLASS.search(text, owner + 1)
-    define = _line_starting(text, f"def {attr}(", owner, body_end.start() if body_end else len(text), indented=True)
+    if owner_name:
+        owner = _line_starting(text, f"class {owner_name}", 0, len(text), lambda after: not (after.isalnum() or after == "_"))
+        if owner is None:
+            return None
+        body_end = _LEAVES_CLASS.search(text, owner + 1)
+        define = _line_starting(text, f"def {attr}(", owner, body_end.start() if body_end else len(text), indented=True)
+    else:
+        define = _line_starting(text, f"def {attr}(", 0, len(text))
     if define is None:
         return None
     start = text.rfind("\n", 0, define) + 1
