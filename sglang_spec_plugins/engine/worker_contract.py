@@ -419,10 +419,12 @@ def _draft_worker_reads() -> set:
 
 def _forward_keywords() -> set:
     """Keywords passed to ``self.model_worker.forward_batch_generation`` (the
-    speculative worker when one is configured) anywhere in the scheduler package."""
+    speculative worker when one is configured) anywhere in the scheduler package:
+    in the functions that name a worker (``model_worker`` is one of
+    :data:`.worker_reads.NAMES`), the trees :func:`.worker_reads.worker_reads` parsed."""
     found = set()
     for path in _scheduler_modules(FORWARD):
-        for func in _functions(_naming(path, FORWARD)):
+        for func in _functions(pruned_module(path, NAMES)):
             for call in _calls(func, FORWARD):
                 if _is_self_member(call.func.value, "model_worker"):
                     found.update(_keywords(func, call))
