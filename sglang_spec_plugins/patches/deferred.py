@@ -26,8 +26,9 @@ _waits: Dict[str, Tuple[str, Callable]] = {}
 
 def apply_planned(plans: Mapping[str, Any], release: Optional[str]) -> None:
     """Apply every plan whose verdict is ``apply``, each when its target is
-    imported (now, if it is); refused plans raise EngineError before anything
-    is touched, as :func:`.unit.apply_all`."""
+    imported (now, if it is; a plan of several targets waits on its first, and
+    its patch then on the others); refused plans raise EngineError before
+    anything is touched, as :func:`.unit.apply_all`."""
     refused = [f"patch {name}: {plan.reason}" for name, plan in plans.items() if plan.verdict == "refused"]
     if refused:
         raise EngineError("; ".join(refused))
@@ -39,7 +40,7 @@ def apply_planned(plans: Mapping[str, Any], release: Optional[str]) -> None:
                 continue
             module = plan.steps[0][0].module
 
-            def apply(_module, name=name, plan=plan, module=module):
+            def apply(_module, name=name, plan=plan):
                 _waits.pop(name, None)
                 patch = _owned(name, plan.owner)
                 if not patch.applied:
