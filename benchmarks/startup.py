@@ -237,11 +237,13 @@ def main() -> None:
     runs = {}
     loader, check = args.only in (None, "loader"), args.only in (None, "check")
     with tempfile.TemporaryDirectory() as tmp:
-        toml = write_plugins(Path(tmp))
+        site = Path(tmp, "site")  # on sys.path: the cache folders made and removed below stay out of it
+        site.mkdir()
+        toml = write_plugins(site)
         check_toml = Path(tmp, "check", "plugins.toml")
         check_toml.parent.mkdir()
         check_toml.write_text(CHECK_TOML)
-        base_env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [tmp, os.environ.get("PYTHONPATH")])))
+        base_env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])))
         base_env.pop("SGLANG_SPEC_PLUGINS", None)
         base_env.pop("PYTHONDONTWRITEBYTECODE", None)  # an installed package has its .pyc files (pip writes them)
         warm_cache = Path(tmp, "cache-warm")

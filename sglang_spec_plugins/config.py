@@ -357,8 +357,8 @@ def _algorithm(name: str, table: Any, where: str, problems: List[str]) -> Option
         problems.append(f"{label} 'verify_widths' is not a key; widths per batch size are "
                         "widths_by_batch_size = {1 = 16, 8 = 8, 64 = 4}")
     for key in table:
-        near = _framework_key_near(key)
-        if key not in FRAMEWORK_ALGORITHM_KEYS and near:
+        near = None if key in FRAMEWORK_ALGORITHM_KEYS else _framework_key_near(key)
+        if near:
             problems.append(f"{label} {key!r} looks like a misspelling of the framework key {near!r}; "
                             "rename it (a plugin setting may not look like a framework key)")
     if len(problems) > count:

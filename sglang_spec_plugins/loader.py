@@ -83,7 +83,7 @@ def load(environ: MutableMapping[str, str] = os.environ) -> LoadReport:
     if policies:
         from .engine.probe import probe
         from .serving.registration import register_all
-        from .patches import PATCHES, apply_all, revert_all, serving_plans
+        from .patches import apply_planned, revert_planned, serving_plans
 
         found = probe()
         sglang_version = found.version
@@ -95,11 +95,11 @@ def load(environ: MutableMapping[str, str] = os.environ) -> LoadReport:
             logger.error("sglang-spec-plugins: not serving %s: %s; nothing registered or patched, built-in algorithms unchanged",
                          ", ".join(policies), unserved)
         else:
-            plans = apply_all(PATCHES, found.version, plans)
+            apply_planned(plans, found.version)
             try:
                 registered = register_all(((plugin_set.algorithms[n], p) for n, p in policies.items()), found)
             except BaseException:
-                revert_all(PATCHES)
+                revert_planned(plans)
                 raise
     try:  # from here on, any failure undoes the registration and the patches
         for name, plan in plans.items():
@@ -117,10 +117,10 @@ def load(environ: MutableMapping[str, str] = os.environ) -> LoadReport:
     except BaseException:
         if plans:
             from .serving.registration import unregister
-            from .patches import PATCHES, revert_all
+            from .patches import revert_planned
 
             unregister(registered)
-            revert_all(PATCHES)
+            revert_planned(plans)
         raise
     _report = LoadReport(plugin_set, policies, registered, sglang_version, plans, unserved, digest)
     logger.info("%s", _summary(_report, verdicts))
@@ -199,8 +199,8 @@ def _reset_for_tests() -> None:
     registry is not touched)."""
     global _report
     if _report is not None and _report.patches:
-        from .patches import PATCHES, revert_all
+        from .patches import revert_planned
 
-        revert_all(PATCHES)
+        revert_planned(_report.patches)
     agreement._reset_for_tests()
     _report = None

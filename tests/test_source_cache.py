@@ -32,9 +32,9 @@ class Counting:
     def __init__(self, root):
         self.root, self.calls = root, 0
 
-    def __call__(self):
+    def __call__(self, files=None):
         self.calls += 1
-        return {rel: Path(path).read_text() for rel, path, _, _ in python_files(self.root)}
+        return {rel: Path(path).read_text() for rel, path, _, _ in (python_files(self.root) if files is None else files)}
 
 
 def ask(root, compute, environ, reader=READER):
@@ -164,10 +164,10 @@ WRITER = textwrap.dedent("""
     from sglang_spec_plugins.engine import source_cache
     root, cache, start = Path(sys.argv[1]), sys.argv[2], float(sys.argv[3])
     time.sleep(max(0.0, start - time.time()))  # every writer starts at once
-    def compute():
-        return {rel: Path(path).read_text() * 2000 for rel, path, _, _ in source_cache.python_files(root)}
+    def compute(files):
+        return {rel: Path(path).read_text() * 2000 for rel, path, _, _ in files}
     value = source_cache.cached("test", root, (source_cache,), compute, lambda v: v, dict, environ={"SGLANG_SPEC_PLUGINS_CACHE": cache})
-    print(json.dumps(value == compute()))
+    print(json.dumps(value == compute(source_cache.python_files(root))))
 """)
 
 

@@ -114,7 +114,7 @@ def test_function_source_matches_inspect(tmp_path, monkeypatch):
             assert got == textwrap.dedent(inspect.getsource(func)), name
     assert function_source(vars(module.Backend)["plain"]) is not None
     assert function_source(module.Decorated.g) is None  # decorated: starts at the decorator, left to inspect
-    assert function_source(module.f) is None  # not a method
+    assert function_source(module.f) == textwrap.dedent(inspect.getsource(module.f))  # a top-level function
 
 
 PRUNED = '''

@@ -105,7 +105,11 @@ def resolve_method(module_name: str, qualname: str):
     ``module:name`` (imports the module), or None when it is absent."""
     if method_source(module_name, qualname) is None:
         return None
-    module = importlib.import_module(module_name)  # a broken import raises, it is not "absent"
+    return member_of(importlib.import_module(module_name), qualname)  # a broken import raises, it is not "absent"
+
+
+def member_of(module, qualname: str):
+    """:func:`resolve_method` in the imported ``module``, its source unread."""
     owner_name, _, attr = qualname.rpartition(".")
     if not owner_name:
         func = getattr(module, attr, None)

@@ -74,16 +74,17 @@ def python_files(root: Path) -> List[SourceFile]:
     return found
 
 
-def cached(kind: str, root: Path, reader: Sequence[ModuleType], compute: Callable[[], T],
+def cached(kind: str, root: Path, reader: Sequence[ModuleType], compute: Callable[[List[SourceFile]], T],
            encode: Callable[[T], Any], decode: Callable[[Any], T], environ=os.environ) -> T:
-    """``compute()``, or what an earlier process computed for the same ``.py``
-    files under ``root`` and the same ``reader`` modules (see the module doc).
-    ``encode`` turns the value into JSON data, ``decode`` back; a ``decode``
-    that raises makes the entry a miss."""
+    """``compute(files)`` (``files``: :func:`python_files` of ``root``, listed
+    once), or what an earlier process computed for the same ``.py`` files under
+    ``root`` and the same ``reader`` modules (see the module doc). ``encode``
+    turns the value into JSON data, ``decode`` back; a ``decode`` that raises
+    makes the entry a miss."""
     where = cache_dir(environ)
-    if where is None:
-        return compute()
     files = python_files(root)
+    if where is None:
+        return compute(files)
     key = digest([kind, str(root), FORMAT, list(sys.version_info[:2]), *(_module_text(m) for m in reader)])
     path = where / f"{kind}-{key[:20]}.json"
     times = digest([[rel, size, mtime] for rel, _, size, mtime in files])
@@ -98,7 +99,7 @@ def cached(kind: str, root: Path, reader: Sequence[ModuleType], compute: Callabl
         if value is not None:
             write_entry(path, {**entry, "times": times})
             return value[0]
-    value = compute()
+    value = compute(files)
     write_entry(path, {"key": key, "times": times, "content": content, "value": encode(value)})
     return value
 

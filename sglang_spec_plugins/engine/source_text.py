@@ -37,6 +37,12 @@ _LEAVES_CLASS = re.compile(r"\n[^\s#)]")  # a top-level line: the class body end
 _CODE_LINE = re.compile(r"\n([ \t]*)[^\s#)\]}]")  # a line that can end a block (not blank, comment, closer)
 
 
+@functools.lru_cache(maxsize=None)
+def _block_end(indent: int) -> Pattern[str]:
+    """A line that can end a block (as ``_CODE_LINE``) indented no deeper than ``indent``: one search in C."""
+    return re.compile(r"\n[ \t]{0,%d}[^\s#)\]}]" % indent)
+
+
 _recorders: List[Set[str]] = []
 
 
@@ -97,31 +103,37 @@ def method_in_file(path: Path, qualname: str) -> Optional[str]:
 
 
 def function_source(func) -> Optional[str]:
-    """What ``textwrap.dedent(inspect.getsource(func))`` gives for a method
-    defined directly in a top-level class of its file, found as above and
-    accepted only when it starts at the function's first line (a decorated or
-    nested function, or a file changed since, gives None: ask ``inspect``)."""
+    """What ``textwrap.dedent(inspect.getsource(func))`` gives for a top-level
+    function or a method defined directly in a top-level class of its file,
+    found as above and accepted only when it starts at the function's first
+    line (a decorated or nested function, or a file changed since, gives None:
+    ask ``inspect``)."""
     code = getattr(func, "__code__", None)
-    if code is None or getattr(func, "__qualname__", "").count(".") != 1 or not Path(code.co_filename).is_file():
+    if code is None or getattr(func, "__qualname__", "").count(".") > 1 or not Path(code.co_filename).is_file():
         return None
     found = _method(Path(code.co_filename), func.__qualname__)
     return found[1] if found is not None and found[0] == code.co_firstlineno else None
 
 
 def _method(path: Path, qualname: str) -> Optional[Tuple[int, str]]:
-    """(line number of the ``def``, dedented source) of ``Class.method`` in the file at ``path``."""
+    """(line number of the ``def``, dedented source) of ``Class.method``, or of
+    the column-0 ``def`` of the function ``qualname``, in the file at ``path``."""
     text = _text(path)
     owner_name, _, attr = qualname.rpartition(".")
-    owner = _line_starting(text, f"class {owner_name}", 0, len(text), lambda after: not (after.isalnum() or after == "_"))
-    if owner is None:
-        return None
-    body_end = _LEAVES_CLASS.search(text, owner + 1)
-    define = _line_starting(text, f"def {attr}(", owner, body_end.start() if body_end else len(text), indented=True)
+    if owner_name:
+        owner = _line_starting(text, f"class {owner_name}", 0, len(text), lambda after: not (after.isalnum() or after == "_"))
+        if owner is None:
+            return None
+        body_end = _LEAVES_CLASS.search(text, owner + 1)
+        define = _line_starting(text, f"def {attr}(", owner, body_end.start() if body_end else len(text), indented=True)
+    else:
+        define = _line_starting(text, f"def {attr}(", 0, len(text))
     if define is None:
         return None
     start = text.rfind("\n", 0, define) + 1
     indent = define - start
-    end = next((m.start() for m in _CODE_LINE.finditer(text, text.find("\n", define)) if len(m.group(1)) <= indent), len(text))
+    ends = _block_end(indent).search(text, text.find("\n", define))
+    end = ends.start() if ends else len(text)
     lines = text[start:end + 1].splitlines(keepends=True)
     while lines and (not lines[-1].strip() or _is_outer_comment(lines[-1], indent)):
         lines.pop()  # trailing blank lines and outer comments belong to no block
@@ -238,7 +250,7 @@ def _blocks(text: str) -> List[Block]:
         for define in _DEF.finditer(text, start + 1, stop):
             if len(define.group(1)) != indent:
                 continue
-            end = next((m.start() for m in _CODE_LINE.finditer(text, text.find("\n", define.start() + 1), stop)
-                        if len(m.group(1)) <= indent), stop)
+            ends = _block_end(indent).search(text, text.find("\n", define.start() + 1), stop)
+            end = ends.start() if ends else stop
             found.append((define.start(), end, indent, named.group(1)))
     return found

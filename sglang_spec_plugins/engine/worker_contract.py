@@ -44,13 +44,13 @@ import sys
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, List, Optional, Tuple
+from typing import Iterable, List, Optional, Sequence, Tuple
 
 from ..errors import show
 from .probe import installed_version, method_source, source_file
-from .source_cache import cached
+from .source_cache import SourceFile, cached
 from .source_text import pruned_module
-from .worker_reads import WorkerRead, parsed, worker_reads
+from .worker_reads import NAMES, WorkerRead, parsed, worker_reads
 
 SCHEDULER = "sglang.srt.managers.scheduler"
 BASE_MODULE = "sglang.srt.speculative.base_spec_worker"
@@ -247,7 +247,7 @@ def contract() -> WorkerContract:
     from . import probe, source_text, worker_reads as reads
 
     return cached("worker-contract", scheduler.parents[1], (sys.modules[__name__], reads, probe, source_text),
-                  lambda: _read_contract(release, scheduler), _encode, lambda data: _decode(data, release))
+                  lambda files: _read_contract(release, scheduler, files), _encode, lambda data: _decode(data, release))
 
 
 def _encode(found: WorkerContract) -> dict:
@@ -264,8 +264,9 @@ def _decode(data: dict, release: str) -> WorkerContract:
     return WorkerContract(release=release, **{**fields, "worker_reads": reads})
 
 
-def _read_contract(release: str, scheduler: Path) -> WorkerContract:
-    """The contract, read off the source files of the release whose scheduler is the file at ``scheduler``."""
+def _read_contract(release: str, scheduler: Path, files: Sequence[SourceFile]) -> WorkerContract:
+    """The contract, read off the source files (``files``: every one of ``sglang/srt``) of the release whose
+    scheduler is the file at ``scheduler``."""
     base = _top_class(_parse(BASE_MODULE), BASE_NAME)
     base_members = _class_members(base) if base is not None else set()
     create_worker = method_source(REGISTRY, "CustomSpecAlgo.create_worker")
@@ -279,7 +280,7 @@ def _read_contract(release: str, scheduler: Path) -> WorkerContract:
         forward_keywords=tuple(sorted(_forward_keywords())),
         overlap_refused=create_worker is not None and _refuses_without_overlap(ast.parse(create_worker)),
         non_overlap_schema="v1" if spec_v2 is not None and "supports_overlap" in spec_v2 else "v2-sync",
-        worker_reads=worker_reads(scheduler.parents[1]),
+        worker_reads=worker_reads(files),
     )
 
 
@@ -404,9 +405,13 @@ def _is_self_member(node: ast.expr, name: str) -> bool:
 
 
 def _draft_worker_reads() -> set:
+    """Members the scheduler package reads off ``self.draft_worker``: in the
+    functions that name a worker (:data:`.worker_reads.NAMES`, a whole-word
+    ``draft_worker`` among them), the trees :func:`.worker_reads.worker_reads`
+    parsed already."""
     found = set()
     for path in _scheduler_modules("draft_worker"):
-        for node in ast.walk(_naming(path, "draft_worker")):
+        for node in ast.walk(pruned_module(path, NAMES)):
             if isinstance(node, ast.Attribute) and _is_self_member(node.value, "draft_worker"):
                 found.add(node.attr)
     return found
@@ -414,10 +419,12 @@ def _draft_worker_reads() -> set:
 
 def _forward_keywords() -> set:
     """Keywords passed to ``self.model_worker.forward_batch_generation`` (the
-    speculative worker when one is configured) anywhere in the scheduler package."""
+    speculative worker when one is configured) anywhere in the scheduler package:
+    in the functions that name a worker (``model_worker`` is one of
+    :data:`.worker_reads.NAMES`), the trees :func:`.worker_reads.worker_reads` parsed."""
     found = set()
     for path in _scheduler_modules(FORWARD):
-        for func in _functions(_naming(path, FORWARD)):
+        for func in _functions(pruned_module(path, NAMES)):
             for call in _calls(func, FORWARD):
                 if _is_self_member(call.func.value, "model_worker"):
                     found.update(_keywords(func, call))

@@ -26,9 +26,9 @@ import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
-from .source_cache import python_files
+from .source_cache import SourceFile
 from .source_text import pruned_module
 
 ROOTS = ("self.draft_worker", "self.scheduler.draft_worker", "scheduler.draft_worker",
@@ -84,10 +84,11 @@ class WorkerRead:
         return f"{self.file}:{self.line}"
 
 
-def worker_reads(srt: Path) -> Tuple[WorkerRead, ...]:
-    """The reads in the release whose ``sglang/srt`` folder is ``srt``, sorted by path and place."""
+def worker_reads(files: Sequence[SourceFile]) -> Tuple[WorkerRead, ...]:
+    """The reads in the release whose ``sglang/srt`` files are ``files`` (as
+    :func:`.source_cache.python_files` lists them), sorted by path and place."""
     found: List[WorkerRead] = []
-    for rel, path, _, _ in python_files(srt):
+    for rel, path, _, _ in files:
         if rel.startswith("speculative/") and rel != BASE_FILE:
             continue
         with open(path, "rb") as file:  # searched undecoded: most files are not read further

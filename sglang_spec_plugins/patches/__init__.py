@@ -2,17 +2,23 @@
 
 :mod:`.unit` holds the mechanism (declared targets, a feature condition,
 apply/revert, all-or-nothing), :mod:`.source_edit` the line edits it makes.
-``PATCHES`` lists every patch the loader applies, in order.
+``PATCHES`` (:mod:`.catalogue`) lists every patch the loader applies, in
+order; it imports every patch module, so it is imported on first use: the
+loader applies kept plans (:mod:`.plan_cache`) through :mod:`.deferred`,
+which imports a patch's module only when its target is imported.
 """
 
-from . import (aiter, backend_gate, capture_input, draft_model, fa3, runners, triton, trtllm_mha, verify_batch,
-               widths_by_batch_size)
+from .deferred import apply_planned, revert_planned
 from .plan_cache import planned
 from .unit import Plan, Verdict, apply_all, plan_all, revert_all
 
-PATCHES = (draft_model.PATCHES + runners.PATCHES + capture_input.PATCHES + trtllm_mha.PATCHES + aiter.PATCHES
-           + fa3.PATCHES + triton.PATCHES + backend_gate.PATCHES + verify_batch.PATCHES + widths_by_batch_size.PATCHES)
-"""Line edits first (``draft_model``: they rebuild SGLang's functions from source), then the wrappers."""
+
+def __getattr__(name: str):
+    if name == "PATCHES":  # always the catalogue's (a test may change it there)
+        from .catalogue import PATCHES
+
+        return PATCHES
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def serving_plans(found) -> tuple:
@@ -24,8 +30,9 @@ def serving_plans(found) -> tuple:
     reasons = [*found.problems()]
     if reasons:
         return {}, reasons
-    plans = planned(PATCHES, found.version)
+    plans = planned(found.version)
     return plans, [f"patch {name}: {plan.reason}" for name, plan in plans.items() if plan.verdict == Verdict.REFUSED]
 
 
-__all__ = ["PATCHES", "Plan", "Verdict", "apply_all", "plan_all", "revert_all", "serving_plans"]
+__all__ = ["PATCHES", "Plan", "Verdict", "apply_all", "apply_planned", "plan_all", "revert_all",
+           "revert_planned", "serving_plans"]

@@ -3,53 +3,59 @@
 A plan (:mod:`.unit`) is read off the installed SGLang's source: the method
 each patch targets and the few others its condition reads. The same files
 and the same patches give the same plans, so :func:`planned` keeps them with
-:func:`..engine.source_cache.cached_reading`, keyed by the release, the
-patches (names, targets, edits) and the source of the modules that define
-and plan them, and checked against every file planning read or looked for.
-A plan is stored as its verdict, its reason and its steps: which of the
-patch's alternatives, and each edit's fields (a patch may make its edits
-from the source it plans on, ``draft_model``), rebuilt from the patches.
+:func:`..engine.source_cache.cached_reading`, keyed by the release and every
+source file of this package (which define the patches and plan them; each by
+size and modification time, as Python's bytecode cache judges a source), and
+checked against every SGLang file planning read or looked for. A plan is
+stored as its verdict, its reason, its steps (each target and edit, a patch
+may make its edits from the source it plans on: ``draft_model``) and the
+module defining its patch, so that a hit imports no patch module
+(:mod:`.deferred` imports each when its target is imported).
 """
 
 from __future__ import annotations
 
-import sys
-from typing import Any, Dict, Optional, Sequence
+from pathlib import Path
+from typing import Any, Dict, Optional
 
-from ..engine import probe, source_text
-from ..engine.source_cache import cached_reading
+from ..engine.source_cache import cached_reading, python_files
 from .source_edit import Edit
-from .unit import MethodPatch, Plan, Verdict, plan_all
+from .unit import Plan, Target, Verdict
+
+PACKAGE = Path(__file__).resolve().parent.parent
+"""This package's folder: its source files are part of the key."""
 
 
-def planned(patches: Sequence[MethodPatch], release: Optional[str]) -> Dict[str, Plan]:
-    """:func:`.unit.plan_all`'s plans, made in this process or by an earlier one from the same files."""
-    reader = [sys.modules[name] for name in sorted(n for n in sys.modules if n.startswith(f"{__package__}."))] + [probe, source_text]
-    key = [release, [[p.name, repr(p.alternatives), repr(getattr(p, "edits", ()))] for p in patches]]
-    return cached_reading("patch-plans", key, reader, lambda: plan_all(patches, release),
-                          lambda plans: _encode(patches, plans), lambda data: _decode(patches, data))
+def planned(release: Optional[str]) -> Dict[str, Plan]:
+    """Every patch's plan (``PATCHES``, in order, each with its ``owner``),
+    made in this process or by an earlier one from the same files."""
+    key = [release, [[rel, size, mtime] for rel, _, size, mtime in python_files(PACKAGE)]]
+    return cached_reading("patch-plans", key, (), lambda: _plan_every(release), _encode, _decode)
 
 
-def _encode(patches: Sequence[MethodPatch], plans: Dict[str, Plan]) -> Dict[str, Any]:
-    encoded = {}
-    for patch in patches:
-        plan = plans[patch.name]
-        steps = [[patch.alternatives.index(target), None if payload is None else [_edit_fields(e) for e in payload]]
-                 for target, payload in plan.steps]
-        encoded[patch.name] = [str(plan.verdict), plan.reason, steps]
-    return encoded
+def _plan_every(release: Optional[str]) -> Dict[str, Plan]:
+    from dataclasses import replace
+
+    from .catalogue import OWNERS, PATCHES
+    from .unit import plan_all
+
+    return {name: replace(plan, owner=OWNERS.get(name)) for name, plan in plan_all(PATCHES, release).items()}
 
 
-def _decode(patches: Sequence[MethodPatch], data: Dict[str, Any]) -> Dict[str, Plan]:
-    if list(data) != [patch.name for patch in patches]:
-        raise ValueError("the entry holds other patches")
+def _encode(plans: Dict[str, Plan]) -> Dict[str, Any]:
+    return {name: [str(plan.verdict), plan.reason, plan.owner,
+                   [[target.module, target.qualname, None if payload is None else [_edit_fields(e) for e in payload]]
+                    for target, payload in plan.steps]]
+            for name, plan in plans.items()}
+
+
+def _decode(data: Dict[str, Any]) -> Dict[str, Plan]:
     plans = {}
-    for patch in patches:
-        verdict, reason, steps = data[patch.name]
-        plans[patch.name] = Plan(Verdict(verdict), reason, tuple(
-            (patch.alternatives[target], None if edits is None else tuple(
+    for name, (verdict, reason, owner, steps) in data.items():
+        plans[name] = Plan(Verdict(verdict), reason, tuple(
+            (Target(module, qualname), None if edits is None else tuple(
                 Edit(old, new, tuple(markers), why, every) for old, new, markers, why, every in edits))
-            for target, edits in steps))
+            for module, qualname, edits in steps), owner)
     return plans
 
 

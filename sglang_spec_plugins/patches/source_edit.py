@@ -51,7 +51,7 @@ class Edit:
 
 
 def source_of(func: Callable) -> str:
-    """The function's dedented source (a method is cut out of its file's text
+    """The function's dedented source (a top-level function or a method is cut out of its file's text
     without tokenizing it: ``engine.source_text``)."""
     return function_source(func) or textwrap.dedent(inspect.getsource(func))
 

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from ..engine.probe import method_source, resolve_method
+from ..engine.probe import member_of, method_source, resolve_method
 from ..errors import EngineError
-from . import on_import
+from . import deferred, on_import
 from .source_edit import Edit, rebuild
 
 
@@ -64,6 +64,9 @@ class Plan:
     verdict: Verdict
     reason: str
     steps: Tuple[Tuple[Target, Tuple[Edit, ...]], ...] = ()
+    owner: Optional[str] = field(default=None, compare=False)
+    """The module of this package defining the patch (set by :mod:`.plan_cache`;
+    :mod:`.deferred` imports it when the target is imported)."""
 
 
 @dataclass
@@ -89,8 +92,9 @@ class MethodPatch:
 
     @property
     def applied(self) -> bool:
-        """Replaced now, or waiting for its module's first import to replace it."""
-        return bool(self._originals or self._waiting)
+        """Replaced now, or waiting for its module's first import to replace it
+        (here, or planned in :mod:`.deferred`)."""
+        return bool(self._originals or self._waiting) or deferred.waiting(self.name)
 
     def plan(self, release: Optional[str]) -> Plan:
         found = next(((t, src) for t in self.alternatives for src in [t.source()] if src is not None), None)
@@ -128,7 +132,10 @@ class MethodPatch:
     def _install(self, plan: Plan, release: Optional[str]) -> None:
         for target, payload in plan.steps:
             def install(module, target=target, payload=payload):
-                owner, attr, func = target.resolve()
+                found = member_of(module, target.qualname)  # the plan read its source: present
+                if found is None:
+                    raise EngineError(f"patch {self.name}: SGLang {release}: {target} is not in its imported module")
+                owner, attr, func = found
                 try:
                     new = self.replacement(func, owner, payload)
                 except ValueError as exc:
@@ -151,6 +158,7 @@ class MethodPatch:
     def revert(self) -> None:
         """Restore every function this patch replaced, and the module globals;
         forget replacements still waiting for an import."""
+        deferred.cancel(self.name)
         while self._waiting:
             module_name, install = self._waiting.pop()
             on_import.cancel(module_name, install)

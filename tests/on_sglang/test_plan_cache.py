@@ -1,37 +1,66 @@
 """The patches' plans kept between processes (patches/plan_cache.py) are the plans read off the release."""
 
 import json
+import os
+import shutil
+import subprocess
+import sys
 
 from sglang_spec_plugins import patches
 from sglang_spec_plugins.engine import probe as engine_probe, source_text
 from sglang_spec_plugins.engine.probe import probe
 from sglang_spec_plugins.engine.source_cache import CACHE_ENV
-from sglang_spec_plugins.patches import plan_cache, unit
+from sglang_spec_plugins.patches import catalogue, plan_cache, unit
 
 
 def test_a_later_process_gets_the_plans_read_off_the_release(monkeypatch, tmp_path):
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
     release = probe().version
     read = unit.plan_all(patches.PATCHES, release)
-    assert plan_cache.planned(patches.PATCHES, release) == read  # a miss: planned, and kept
+    assert plan_cache.planned(release) == read  # a miss: planned, and kept
     (entry,) = (tmp_path / "cache").iterdir()
 
     def not_planned(*args):
         raise AssertionError("a hit plans nothing")
 
-    monkeypatch.setattr(plan_cache, "plan_all", not_planned)
-    kept = plan_cache.planned(patches.PATCHES, release)
+    monkeypatch.setattr(unit, "plan_all", not_planned)
+    kept = plan_cache.planned(release)
     assert kept == read
     assert [[(t, e) for t, e in p.steps] for p in kept.values()] == [[(t, e) for t, e in p.steps] for p in read.values()]
+    assert {n: p.owner for n, p in kept.items()} == catalogue.OWNERS  # the module to import to apply each
     assert patches.serving_plans(probe()) == (read, [f"patch {n}: {p.reason}" for n, p in read.items() if p.verdict == "refused"])
 
 
-def test_other_patches_are_planned_again(monkeypatch, tmp_path):
+def test_a_hit_imports_no_patch_module(monkeypatch, tmp_path):
+    """A launcher takes the kept plans without importing the modules that define the patches."""
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
     release = probe().version
-    plan_cache.planned(patches.PATCHES, release)
-    fewer = patches.PATCHES[1:]
-    assert plan_cache.planned(fewer, release) == unit.plan_all(fewer, release)
+    plan_cache.planned(release)
+    script = (f"import sys\nfrom sglang_spec_plugins.patches import plan_cache\n"
+              f"plans = plan_cache.planned({release!r})\n"
+              "assert plans and all(p.owner for p in plans.values() if p.verdict == 'apply')\n"
+              f"print(sorted(set({sorted(m.__name__ for m in catalogue.MODULES)!r}) & set(sys.modules)))\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=dict(os.environ))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_an_edited_file_of_this_package_is_planned_again(monkeypatch, tmp_path):
+    """The kept plans follow this package's source files (which define and plan the patches): one of them
+    edited (here in a copy of the package, the installed one left alone) plans every patch again."""
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    copy = tmp_path / "package"
+    shutil.copytree(plan_cache.PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(plan_cache, "PACKAGE", copy)
+    release = probe().version
+    read = plan_cache.planned(release)
+    planned_again = []
+    real = unit.plan_all
+    monkeypatch.setattr(unit, "plan_all", lambda *args: planned_again.append(args) or real(*args))
+    assert plan_cache.planned(release) == read and not planned_again  # the same files: kept
+    edited = copy / "patches" / "aiter.py"
+    edited.write_text(edited.read_text(encoding="utf-8") + "# edited\n", encoding="utf-8")
+    assert plan_cache.planned(release) == read and planned_again
 
 
 def test_an_edited_sglang_file_is_planned_again(monkeypatch, tmp_path):
@@ -53,7 +82,7 @@ def test_an_edited_sglang_file_is_planned_again(monkeypatch, tmp_path):
     def later_process():
         engine_probe.source_in.cache_clear()  # nothing read yet in a new process
         source_text._read.cache_clear()
-        return plan_cache.planned(patches.PATCHES, release)
+        return plan_cache.planned(release)
 
     assert later_process() == read
     old = next(e.old for e in edits if " " in e.old)
@@ -72,7 +101,7 @@ def test_the_files_read_before_planning_in_the_process_are_in_the_entry(monkeypa
     source_text._read.cache_clear()
     with source_text.recording() as read:  # nothing read yet: every file planning reads or looks for
         unit.plan_all(patches.PATCHES, release)
-    plan_cache.planned(patches.PATCHES, release)  # each of them read already in this process
+    plan_cache.planned(release)  # each of them read already in this process
     (entry,) = (tmp_path / "cache").iterdir()
     recorded = set(json.loads(entry.read_text())["paths"])
     assert read and read <= recorded, sorted(read - recorded)
