@@ -95,3 +95,15 @@ def test_compare_prints_the_tables():
                          capture_output=True, text=True, check=True).stdout
     assert "| fi_pl_below_nocg | 32 | random | 32/32 |" in out
     assert "refused at start-up" in out
+
+
+def test_a_margin_says_how_far_below_the_top_each_chosen_token_is():
+    """margins.margin reads SGLang's output_top_logprobs ((logprob, token, text) rows): at a three-way tie the
+    speculative engine's token is third, not in the top two, and still measured."""
+    import margins
+
+    out = {"meta_info": {"output_top_logprobs": [[(-1.0, 7, None), (-1.0, 3, None), (-1.0, 9, None), (-2.5, 4, None)]]}}
+    row = margins.margin(out, speculative=9, plain=3)
+    assert row["margin"] == 0.0 and row["top2"] == [7, 3] and row["chosen_are_top2"] is False
+    assert row["behind"] == {"speculative": 0.0, "plain": 0.0}
+    assert margins.margin(out, speculative=11, plain=7)["behind"] == {"speculative": None, "plain": 0.0}
