@@ -228,9 +228,10 @@ class WidthsByAcceptance:
         width it ran at in the interval. Returns the new width, None to stay."""
         s, cfg = self._slot(slot), self.settings
         s.decisions += 1
+        timed = self._timed(s)  # before this interval's times: an expired one is replaced, not blended
         for width, value in sorted(seconds.items()):
             if value > 0 and math.isfinite(value):
-                old = self._timed(s).get(width)
+                old = timed.get(width)
                 s.seconds[width] = value if old is None else (1 - cfg.ema_weight) * old + cfg.ema_weight * value
                 s.measured[width] = s.decisions
         if s.width > 1:

@@ -63,8 +63,7 @@ def revert_planned(plans: Mapping[str, Any]) -> None:
     applied (those whose module is imported), in reverse order."""
     for name, plan in reversed(list(plans.items())):
         cancel(name)
-        owner = sys.modules.get(plan.owner or "")
-        patch = next((p for p in getattr(owner, "PATCHES", ()) if p.name == name), None)
+        patch = _patch_in(sys.modules.get(plan.owner or ""), name)
         if patch is not None:
             patch.revert()
 
@@ -83,8 +82,12 @@ def cancel(name: str) -> None:
 
 def _owned(name: str, owner: Optional[str]):
     """The patch ``name`` that the module ``owner`` defines (importing it)."""
-    module = importlib.import_module(owner) if owner else None
-    patch = next((p for p in getattr(module, "PATCHES", ()) if p.name == name), None)
+    patch = _patch_in(importlib.import_module(owner) if owner else None, name)
     if patch is None:
         raise EngineError(f"patch {name}: no module of this package defines it (planned as defined by {owner})")
     return patch
+
+
+def _patch_in(module, name: str):
+    """The patch ``name`` among ``module``'s ``PATCHES`` (None: not there, or no module)."""
+    return next((p for p in getattr(module, "PATCHES", ()) if p.name == name), None)
