@@ -178,11 +178,14 @@ def write_model() -> None:
 
 
 def engine_kwargs(spec: Dict[str, Any]) -> Dict[str, Any]:
+    """SGLang's ``Engine`` arguments of an engine. ``sleep_on_idle``: an idle scheduler otherwise polls its
+    sockets without pause, one core at 100% per engine, so in ``together`` the resident engines not being timed
+    compete for the host with the one that is (the synchronous engines' step is host time)."""
     batches = list(spec.get("batches", BATCHES))
     kwargs = dict(model_path=str(MODEL), load_format="dummy", dtype=DTYPE, skip_tokenizer_init=True,
                   attention_backend="flashinfer", mem_fraction_static=0.75, max_total_tokens=MAX_TOTAL_TOKENS, max_running_requests=max(batches),
                   disable_radix_cache=True, cuda_graph_bs_decode=batches, disable_prefill_cuda_graph=True, random_seed=0,
-                  log_level="info")
+                  sleep_on_idle=True, log_level="info")
     if spec.get("sync"):
         kwargs["disable_overlap_schedule"] = True
     if spec["kind"] == "ngram":

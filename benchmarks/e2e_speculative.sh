@@ -17,6 +17,7 @@ export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 export FLASHINFER_CUDA_ARCH_LIST=9.0a TORCH_CUDA_ARCH_LIST=9.0a
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 [ -d /usr/local/cuda ] && export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} PATH=$PATH:/usr/local/cuda/bin
+lscpu | grep -E "^(Model name|CPU\(s\)|Thread|Core|Socket)"; uptime
 NO_ARCHIVE=1 OUT=/tmp/e2e-setup tools/gpu/engine/run.sh setup
 cat /tmp/e2e-setup/setup.log
 export PYTHONPATH=/tmp/site-proj:/tmp/site
