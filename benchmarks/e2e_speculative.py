@@ -286,23 +286,25 @@ def engine_main(label: str, out: Path) -> Dict[str, Any]:
 TRACE_SECONDS = 60
 """How long ``profile_engine`` waits for the trace SGLang's scheduler writes after its last profiled step."""
 PROFILE_SECONDS = TRACE_SECONDS + 15
-"""What one engine's profile may take: its batch-1 request and the trace. On 2026-12-02 engines asked with less
+"""What one engine's profile may take: its batch and the trace. On 2026-12-02 engines asked with less
 than this left answered nothing or no trace."""
 PROFILED_STEPS = 24
-"""Forward steps SGLang's profiler records in ``profile_engine`` (the prefill and 23 decode steps at batch 1)."""
+"""Forward steps SGLang's profiler records in ``profile_engine`` (the prefill and 23 decode steps)."""
+PROFILE_BATCH = int(os.environ.get("E2E_PROFILE_BATCH", "1"))
+"""Requests of ``profile_engine``'s batch (one of :data:`BATCHES`, so the decode graphs of its size are captured)."""
 WAITS = ("cudaStreamSynchronize", "cudaEventSynchronize", "cudaDeviceSynchronize", "cudaMemcpyAsync", "cudaMemcpy")
 """CUDA runtime calls in which the host can wait for the GPU (a device-to-host copy waits for its stream)."""
 
 
 def profile_engine(engine, label: str, out: Path) -> Dict[str, Any]:
-    """One batch-1 request under SGLang's own profiler (``Engine.start_profile``, CPU and GPU, stopping itself
-    after :data:`PROFILED_STEPS` forward steps); :func:`trace_summary` of the trace it wrote, which is kept as
-    ``OUT/profiles/LABEL.trace.json.gz`` (the script packs the folder into one archive)."""
+    """One batch of :data:`PROFILE_BATCH` requests under SGLang's own profiler (``Engine.start_profile``, CPU
+    and GPU, stopping itself after :data:`PROFILED_STEPS` forward steps); :func:`trace_summary` of the trace it
+    wrote, which is kept as ``OUT/profiles/LABEL.trace.json.gz`` (the script packs the folder into one archive)."""
     directory = Path(tempfile.gettempdir()) / "e2e-profiles" / label
     directory.mkdir(parents=True, exist_ok=True)
     engine.start_profile(output_dir=str(directory), num_steps=PROFILED_STEPS, activities=["CPU", "GPU"])
     acceptance = ACCEPTANCES[-1] if ENGINES[label]["kind"] in ("static", "by_batch", "controller") else None
-    generate(engine, 1, PROFILED_STEPS + 16, acceptance)
+    generate(engine, PROFILE_BATCH, PROFILED_STEPS + 16, acceptance)
     traces = sorted(directory.glob("*.trace.json.gz"))
     for _ in range(TRACE_SECONDS):
         if traces:
@@ -313,7 +315,7 @@ def profile_engine(engine, label: str, out: Path) -> Dict[str, Any]:
         return {"error": f"no trace in {directory}"}
     (out / "profiles").mkdir(exist_ok=True)
     shutil.copyfile(traces[-1], out / "profiles" / f"{label}.trace.json.gz")
-    return trace_summary(traces[-1])
+    return {"batch": PROFILE_BATCH, **trace_summary(traces[-1])}
 
 
 def trace_summary(path: Path) -> Dict[str, Any]:
@@ -618,7 +620,8 @@ def together_main(args) -> int:
     group = Group(labels, out, time.time() + args.deadline)
     up = group.start(labels)
     rounds = group.rounds(up, args.rounds, args.cell_seconds)
-    profiles = group.profile(up) if args.profile else {}
+    profiled = [label for label in up if not args.profile_only or label in args.profile_only.split(",")]
+    profiles = group.profile(profiled) if args.profile else {}
     group.stop()
     with open(out / RESULTS, "a") as f:
         for label in labels:
@@ -786,7 +789,9 @@ def main(argv=None) -> int:
     p_together.add_argument("--deadline", type=float, default=480, help="no round starts that would end later")
     p_together.add_argument("--cell-seconds", type=float, default=120, help="the most one engine's cells may take")
     p_together.add_argument("--profile", action="store_true",
-                            help="after the rounds, one batch-1 request per engine under SGLang's profiler (profile_engine)")
+                            help="after the rounds, one batch per engine under SGLang's profiler (profile_engine; "
+                                 "E2E_PROFILE_BATCH requests, default 1)")
+    p_together.add_argument("--profile-only", help="comma-separated labels: profile only these engines")
     p_engine = sub.add_parser("engine", help="one engine (run starts it in its own process)")
     p_engine.add_argument("label", choices=ENGINES)
     p_engine.add_argument("--out", required=True)

@@ -7,8 +7,8 @@
 # then benchmarks/e2e_speculative.py runs the engines not yet in e2e-state until DEADLINE (default 470 s) from
 # this script's start; with ENGINE_GROUPS, each group (labels separated by commas, groups by semicolons) is resident
 # together and timed in ROUNDS rounds (e2e_speculative.py together), one group after the other; PROFILE=1: then
-# one batch-1 request per engine under SGLang's profiler (each record's "profile": where the host waits; the
-# traces in profiles.tar).
+# one batch of E2E_PROFILE_BATCH requests (default 1) per engine (PROFILE_ONLY: of these labels) under SGLang's
+# profiler (each record's "profile": where the host waits; the traces in profiles.tar).
 # $OUT gets e2e_speculative.jsonl (every engine so far), continuations.json, logs.tar.xz (logs/ and configs/) and
 # the JIT caches.
 set -u
@@ -27,7 +27,7 @@ if [ -n "${ENGINE_GROUPS:-}" ]; then
     left=$(( ${DEADLINE:-470} - ($(date +%s) - T0) ))
     [ $left -gt 60 ] || { echo "SKIP group $group: ${left}s left"; continue; }
     python3 benchmarks/e2e_speculative.py together --out "$OUT" --state "$E/e2e-state" --labels "$group" \
-      --rounds "${ROUNDS:-3}" --deadline $left ${PROFILE:+--profile}
+      --rounds "${ROUNDS:-3}" --deadline $left ${PROFILE:+--profile} ${PROFILE_ONLY:+--profile-only "$PROFILE_ONLY"}
   done
 else
   python3 benchmarks/e2e_speculative.py run --out "$OUT" --state "$E/e2e-state" --deadline $(( ${DEADLINE:-470} - ($(date +%s) - T0) )) --engine-seconds "${ENGINE_SECONDS:-150}" ${1:+--only "$1"}
