@@ -55,7 +55,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from .errors import closest, is_plain_int
@@ -178,8 +178,7 @@ class _Slot:
     width: int
     committed: float  # EMA of committed tokens per request at ``width``
     acceptance: float
-    seconds: Dict[int, float]  # EMA of seconds per step, per width run at
-    measured: Dict[int, int] = field(default_factory=dict)  # per width in seconds: the decision that last timed it
+    times: Dict[int, Tuple[float, int]]  # per width run at: EMA of seconds per step, the decision that last timed it
     decisions: int = 0
     steps: int = 0  # steps observed
     decisions_at_one: int = 0  # decisions since the slot came to (or last probed from) width 1
@@ -232,8 +231,8 @@ class WidthsByAcceptance:
         for width, value in sorted(seconds.items()):
             if value > 0 and math.isfinite(value):
                 old = timed.get(width)
-                s.seconds[width] = value if old is None else (1 - cfg.ema_weight) * old + cfg.ema_weight * value
-                s.measured[width] = s.decisions
+                s.times[width] = (value if old is None else (1 - cfg.ema_weight) * old + cfg.ema_weight * value,
+                                  s.decisions)
         if s.width > 1:
             s.acceptance = acceptance_from(s.committed, s.width)
             self._latest_acceptance = s.acceptance
@@ -249,7 +248,7 @@ class WidthsByAcceptance:
         for bound, s in zip(self.table.bounds, self._slots):
             if s is None:
                 continue
-            time = s.seconds.get(s.width)
+            time = s.times.get(s.width, (None, 0))[0]
             parts.append(f"{bound}+ requests: width {s.width} of {list(s.candidates)} (committed {s.committed:.2f} per "
                          f"request, acceptance {s.acceptance:.2f}" + (f", {time * 1e3:.2f} ms per step)" if time else ")"))
         return "; ".join(parts) or "no step yet"
@@ -274,7 +273,7 @@ class WidthsByAcceptance:
 
     def _timed(self, s: _Slot) -> Dict[int, float]:
         """The slot's seconds per step of the widths still counted as measured (see the module doc)."""
-        return {w: t for w, t in s.seconds.items() if s.decisions - s.measured[w] <= self.settings.retime_after}
+        return {w: t for w, (t, timed_at) in s.times.items() if s.decisions - timed_at <= self.settings.retime_after}
 
     def _switch(self, index: int, s: _Slot, new: int) -> None:
         if new == 1:
