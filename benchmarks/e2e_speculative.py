@@ -13,7 +13,8 @@ settles) and once timed.
 
     python3 benchmarks/e2e_speculative.py run --out OUT [--state DIR] [--deadline S] [--only LABEL,...]
     python3 benchmarks/e2e_speculative.py together --out OUT --labels A,B,... [--rounds N] [--state DIR] [--deadline S]
-    python3 benchmarks/e2e_speculative.py tables RESULTS.jsonl           (anywhere: the README tables)
+    python3 benchmarks/e2e_speculative.py tables RESULTS.jsonl [--with OTHER.jsonl ...] [--ndt N]
+                                                                         (anywhere: the README tables)
 
 ``run`` starts each engine not yet in the results in its own process (one engine = one server: start,
 capture, every cell, shut down), until ``--deadline`` seconds from its start leave no time for the next;
@@ -303,8 +304,10 @@ def profile_engine(engine, label: str, out: Path) -> Dict[str, Any]:
     directory = Path(tempfile.gettempdir()) / "e2e-profiles" / label
     directory.mkdir(parents=True, exist_ok=True)
     engine.start_profile(output_dir=str(directory), num_steps=PROFILED_STEPS, activities=["CPU", "GPU"])
-    acceptance = ACCEPTANCES[-1] if ENGINES[label]["kind"] in ("static", "by_batch", "controller") else None
-    generate(engine, PROFILE_BATCH, PROFILED_STEPS + 16, acceptance)
+    # at acceptance 0.5 a step commits under 2 tokens a request, so NEW_TOKENS outlast PROFILED_STEPS steps at
+    # any width (on 2026-12-03, 40 tokens at 0.9 ended before the 24th step of widths 2 and 4: no trace written)
+    acceptance = ACCEPTANCES[0] if ENGINES[label]["kind"] in ("static", "by_batch", "controller") else None
+    generate(engine, PROFILE_BATCH, NEW_TOKENS, acceptance)
     traces = sorted(directory.glob("*.trace.json.gz"))
     for _ in range(TRACE_SECONDS):
         if traces:
@@ -405,11 +408,13 @@ def read_log(log: Path) -> Dict[str, Any]:
     return found
 
 
+def read_results(path: Path) -> List[Dict[str, Any]]:
+    """The records of a results file (one JSON object a line)."""
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
 def done_labels(results: Path) -> set:
-    if not results.exists():
-        return set()
-    return {json.loads(line)["label"] for line in results.read_text().splitlines()
-            if line.strip() and json.loads(line).get("ok")}
+    return {r["label"] for r in read_results(results) if r.get("ok")} if results.exists() else set()
 
 
 def engine_process(command: List[str], out: Path, log: Path) -> subprocess.Popen:
@@ -646,6 +651,17 @@ BAR = {"vs_best_static": 0.97, "vs_ndt_where_not_best": 1.15, "vs_plain": 0.98}
 not the best width, and never below 0.98x plain decoding."""
 
 
+def bar_verdict(vs_best: float, vs_ndt: Optional[tuple], vs_plain: tuple) -> str:
+    """A cell's verdict on :data:`BAR`: ``met``, or ``missed:`` and the parts missed (``best``, ``ndt``,
+    ``plain``), each with ``*`` where no static width reaches that part either. ``vs_ndt`` and ``vs_plain`` are
+    (the controller's ratio, the best static's ratio); ``vs_ndt`` None where static ndt is the best width."""
+    missed = [] if vs_best >= BAR["vs_best_static"] else ["best"]
+    for part, ratios, key in (("ndt", vs_ndt, "vs_ndt_where_not_best"), ("plain", vs_plain, "vs_plain")):
+        if ratios is not None and ratios[0] < BAR[key]:
+            missed.append(part + ("*" if ratios[1] < BAR[key] else ""))
+    return "met" if not missed else "missed: " + ", ".join(missed)
+
+
 def cells(results: List[Dict[str, Any]], key: str = "tokens_per_s") -> Dict[str, Dict[tuple, float]]:
     """``{label: {(batch, acceptance): cell[key]}}`` of the engines that finished; plain and NGRAM cells
     (acceptance None) stand for every acceptance."""
@@ -663,13 +679,26 @@ def static_label(width: int) -> str:
     return f"static{width}_ndt{8 if width < 16 else 16}"
 
 
-def tables(results: List[Dict[str, Any]]) -> str:
-    """Per ndt whose controller or static ndt ran, one markdown table of tokens/s and the bar's ratios per
-    (batch, acceptance), and the engines' graph capture time and memory."""
+def with_others(results: List[Dict[str, Any]], others: List[List[Dict[str, Any]]]) -> List[Dict[str, Any]]:
+    """``results`` and, of each engine they lack, its finished record in the first of ``others`` holding one
+    (a table of one call beside engines another call ran)."""
+    have = {r["label"] for r in results if r.get("ok")}
+    added = []
+    for other in others:
+        for rec in other:
+            if rec.get("ok") and rec["label"] not in have:
+                have.add(rec["label"])
+                added.append(rec)
+    return results + added
+
+
+def tables(results: List[Dict[str, Any]], ndts=NDTS) -> str:
+    """Per ndt of ``ndts`` whose controller or static ndt ran, one markdown table of tokens/s and the bar's
+    ratios per (batch, acceptance), and the engines' graph capture time and memory."""
     results = [rec for rec in results if not draft_model(rec["label"])]  # draft_model_table's
     r, committed = cells(results), cells(results, "committed_per_verify")
     parts = []
-    for ndt in NDTS:
+    for ndt in ndts:
         if f"controller_ndt{ndt}" not in r and static_label(ndt) not in r:
             continue  # a run without this ndt's own engines
         statics = [w for w in (2, 4, 8, 16) if w <= ndt]
@@ -690,10 +719,9 @@ def tables(results: List[Dict[str, Any]]) -> str:
                 if None not in (ctl, plain, best, static[ndt]):
                     vs_best, vs_ndt, vs_plain = ctl / best, ctl / static[ndt], ctl / plain
                     ndt_is_best = static[ndt] >= best
-                    ok = vs_best >= BAR["vs_best_static"] and vs_plain >= BAR["vs_plain"] and \
-                        (ndt_is_best or vs_ndt >= BAR["vs_ndt_where_not_best"])
                     ratios = [f"{vs_best:.2f}", f"{vs_ndt:.2f}" + ("" if not ndt_is_best else " (best)"), f"{vs_plain:.2f}"]
-                    verdict = "met" if ok else "missed"
+                    verdict = bar_verdict(vs_best, None if ndt_is_best else (vs_ndt, best / static[ndt]),
+                                          (vs_plain, best / plain))
                 per_verify = [committed.get(static_label(4), {}).get((b, a)), committed.get(f"controller_ndt{ndt}", {}).get((b, a))]
                 rows.append("| " + " | ".join([str(b), f"{a}"] + ["-" if v is None else f"{v:.0f}" for v in values]
                                                 + ratios + [verdict, ", ".join("-" if v is None else f"{v:.2f}" for v in per_verify)])
@@ -764,7 +792,7 @@ def _graph_kind(record: Dict[str, Any]) -> str:
 def relog(results: Path, log_dirs: List[Path]) -> List[Dict[str, Any]]:
     """The results with each finished engine's log fields (``read_log``) read again from ``<dir>/<label>.log``,
     the last of ``log_dirs`` holding one winning (the calls' ``logs.tar.xz``, oldest first)."""
-    records = [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
+    records = read_results(results)
     for record in records:
         logs = [d / f"{record['label']}.log" for d in log_dirs if (d / f"{record['label']}.log").exists()]
         if record.get("ok") and logs:
@@ -801,6 +829,9 @@ def main(argv=None) -> int:
     p_resident.add_argument("--address", required=True)
     p_tables = sub.add_parser("tables", help="print the README tables of a results file")
     p_tables.add_argument("results", type=Path)
+    p_tables.add_argument("--with", dest="others", type=Path, action="append", default=[],
+                          help="a results file whose engines the first lacks join the tables (first given first)")
+    p_tables.add_argument("--ndt", type=int, action="append", choices=NDTS, help="only this ndt's table")
     p_relog = sub.add_parser("relog", help="read the engines' log fields again (print the results file)")
     p_relog.add_argument("results", type=Path)
     p_relog.add_argument("logs", type=Path, nargs="+", help="directories of <label>.log, oldest first")
@@ -813,8 +844,8 @@ def main(argv=None) -> int:
     if args.command == "together":
         return together_main(args)
     if args.command == "tables":
-        results = [json.loads(line) for line in args.results.read_text().splitlines() if line.strip()]
-        print(tables(results))
+        results = with_others(read_results(args.results), [read_results(path) for path in args.others])
+        print(tables(results, args.ndt or NDTS))
         if any(draft_model(r["label"]) for r in results):
             print("\n" + draft_model_table(results))
         return 0

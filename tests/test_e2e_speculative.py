@@ -18,8 +18,13 @@ import e2e_speculative as e2e  # noqa: E402
 RESULTS = ROOT / "benchmarks" / "results" / "e2e_speculative_h200.jsonl"
 TOGETHER = {ROOT / "benchmarks" / "results" / name: rounds for name, rounds in (
     ("e2e_speculative_h200_together.jsonl", 3), ("e2e_speculative_h200_together_rerun.jsonl", 2),
-    ("e2e_speculative_h200_rounds_ndt8.jsonl", 3), ("e2e_speculative_h200_rounds_ndt16.jsonl", 3))}
+    ("e2e_speculative_h200_rounds_ndt8.jsonl", 3), ("e2e_speculative_h200_rounds_ndt16.jsonl", 3),
+    ("e2e_speculative_h200_asleep_ndt8.jsonl", 3), ("e2e_speculative_h200_asleep_ndt16.jsonl", 3),
+    ("e2e_speculative_h200_asleep_references.jsonl", 3), ("e2e_speculative_h200_asleep_sync.jsonl", 3))}
 """Each committed ``together`` run and the rounds its engines ran at least."""
+JOINED = [line.split() for line in (ROOT / "benchmarks" / "README.md").read_text().splitlines()
+          if line.startswith("    python3 benchmarks/e2e_speculative.py tables ") and "--with" in line]
+"""The README's commands printing tables of one call joined with engines of others."""
 
 
 @pytest.mark.sglang  # the engines' plugins.toml enable the controlled_acceptance example, installed with SGLang's environment
@@ -84,10 +89,11 @@ def test_tables_judge_the_bar_cell_by_cell():
     ndt8, ndt16, engines = sections(e2e.tables(synthetic(speedup)))
     rows8 = [line for line in ndt8.splitlines() if line.startswith("| ") and not line.startswith("| batch")]
     assert len(rows8) == len(e2e.BATCHES) * len(e2e.ACCEPTANCES)
-    assert all("| 0.98 | 1.10 | 1.76 | missed |" in row for row in rows8)  # ctl ÷ best, ÷ static 8, ÷ plain
+    assert all("| 0.98 | 1.10 | 1.76 | missed: ndt* |" in row for row in rows8)  # ctl ÷ best, ÷ static 8, ÷ plain
+    # (static 4, the best, is itself 1.125x static 8: under 1.15x, the star)
     rows16 = [line for line in ndt16.splitlines() if line.startswith("| 128 |")]
-    assert all("| 0.56 | 0.83 | 1.00 | missed |" in row for row in rows16), rows16
-    assert all("| 0.94 | 1.42 | 1.70 | missed |" in row for row in ndt16.splitlines() if row.startswith("| 1 |"))
+    assert all("| 0.56 | 0.83 | 1.00 | missed: best, ndt |" in row for row in rows16), rows16
+    assert all("| 0.94 | 1.42 | 1.70 | missed: best |" in row for row in ndt16.splitlines() if row.startswith("| 1 |"))
     assert "| controller_ndt16 | - | 3.0 | 1.5 | 21, 1.87 | - |" in engines  # 4 + 5 + 4 + 4 + 4 graphs
 
 
@@ -99,6 +105,39 @@ def test_tables_mark_a_met_cell_and_where_ndt_is_the_best_width():
 
     ndt16 = sections(e2e.tables(synthetic(speedup)))[1]
     assert all("| 1.00 | 1.00 (best) | 1.90 | met |" in row for row in ndt16.splitlines() if row.startswith("| 8 |"))
+
+
+def test_a_missed_part_no_static_width_reaches_is_starred():
+    """Below plain where every static width is too (a synchronous engine where plain decoding wins), and
+    under 1.15x static ndt where the best static is itself under it: the verdict says so."""
+    def speedup(label, batch, acceptance):
+        if label.startswith("static"):
+            return {2: 0.95, 4: 0.9, 8: 0.85, 16: 0.8}[int(label[6:label.index("_")])]
+        return 0.94 if label.startswith("controller") else 1.0
+
+    ndt8 = sections(e2e.tables(synthetic(speedup)))[0]
+    assert all("| 0.99 | 1.11 | 0.94 | missed: ndt*, plain* |" in row for row in ndt8.splitlines() if row.startswith("| 8 |"))
+    assert e2e.bar_verdict(0.99, (1.16, 1.2), (0.97, 0.99)) == "missed: plain"
+    assert e2e.bar_verdict(0.97, None, (1.0, 1.0)) == "met"
+
+
+def test_tables_take_the_engines_a_call_lacks_from_another(tmp_path):
+    """``tables A --with B``: A's engines as they are, B's only where A has none (or A's failed)."""
+    results = synthetic(lambda label, batch, acceptance: 1.0)
+    mine = [r for r in results if r["label"] not in ("ngram_ndt8", "by_batch_ndt8")] + [{"label": "by_batch_ndt8", "ok": False}]
+    other = [{**r, "cells": [{**c, "tokens_per_s": 2 * c["tokens_per_s"]} for c in r["cells"]]} for r in results]
+    joined = e2e.with_others(mine, [other])
+    by_label = {r["label"]: r for r in joined if r.get("ok")}
+    assert by_label["ngram_ndt8"]["cells"][0]["tokens_per_s"] == 2 * results[0]["cells"][0]["tokens_per_s"]
+    others = {r["label"]: r for r in other}
+    assert by_label["plain"] is mine[0] and by_label["by_batch_ndt8"] is others["by_batch_ndt8"]
+    paths = []
+    for name, records in (("a", mine), ("b", other)):
+        paths.append(tmp_path / f"{name}.jsonl")
+        paths[-1].write_text("".join(json.dumps(r) + "\n" for r in records))
+    printed = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "e2e_speculative.py"), "tables", str(paths[0]),
+                              "--with", str(paths[1]), "--ndt", "16"], capture_output=True, text=True, check=True).stdout
+    assert printed.startswith(e2e.tables(joined, (16,))) and "**ndt 8**" not in printed
 
 
 def test_the_committed_h200_results_are_the_readme_tables():
@@ -117,10 +156,19 @@ def test_the_committed_rounds_are_the_readme_tables(path):
     assert all(r["device"] == "NVIDIA H200" for r in results if r.get("ok")), "results from another machine"
     assert all(len(r["rounds"]) >= TOGETHER[path] and r["cells"] == e2e.median_cells(r["rounds"])
                for r in results if r.get("ok"))
+    if any(path.name in arg for command in JOINED for arg in command):
+        return  # its tables are a joined command's (test_the_readme_s_joined_tables_are_what_its_command_prints)
     readme = (ROOT / "benchmarks" / "README.md").read_text()
     drafts = [e2e.draft_model_table(results)] if any(e2e.draft_model(r["label"]) for r in results) else []
     for table in e2e.tables(results).split("\n\n") + drafts:
         assert table in readme
+
+
+@pytest.mark.parametrize("command", JOINED, ids=lambda command: command[4].split("/")[-1])
+def test_the_readme_s_joined_tables_are_what_its_command_prints(command):
+    printed = subprocess.run([sys.executable, *command[1:]], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    readme = (ROOT / "benchmarks" / "README.md").read_text()
+    assert "| bar |" in printed and printed.strip() in readme
 
 
 def test_an_engine_that_failed_is_left_out_of_the_tables():
