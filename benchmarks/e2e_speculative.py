@@ -106,15 +106,20 @@ ENGINES: Dict[str, Dict[str, Any]] = {
     # killed on 2026-12-02 (rc -9, 58 s: SGLang stops every process when a scheduler fails) without the variable
     "ngram_ndt16": {"kind": "ngram", "ndt": 16, "env": WIDE_WORKSPACE},
     "plain_sync": {"kind": "plain", "sync": True},
+    "cycle1_ndt8": {"kind": "cycle", "ndt": 8, "cycle": [4, 8], "steps": 1},
+    "cycle16_ndt8": {"kind": "cycle", "ndt": 8, "cycle": [4, 8], "steps": 16},
     "dflash_native_ndt16": {"kind": "dflash", "ndt": 16, "batches": DRAFT_BATCHES},
     "dflash_block_ndt16": {"kind": "dflash_block", "ndt": 16, "batches": DRAFT_BATCHES},
     "dflash_block_w4_ndt16": {"kind": "dflash_block", "ndt": 16, "width": 4, "batches": DRAFT_BATCHES},
 }
 """In the order they run: plain first (it records the continuations every other engine drafts). A static
 width below 16 runs once, at ndt 8: at ndt 16 the same width differs only in the KV it reserves ahead.
-``plain_sync`` (plain decoding without the overlap scheduler, as every speculative engine here runs) and the
+``plain_sync`` (plain decoding without the overlap scheduler, as every speculative engine here runs), the
+``cycle*`` engines (``switch_table``: widths 4 and 8 in turn, another every step or every 16 steps) and the
 ``dflash*`` engines (batches 1-64; their tokens are never accepted with dummy weights) come last."""
-PLUGIN_KINDS = ("static", "by_batch", "controller", "dflash_block")
+ACCEPTANCE_KINDS = ("static", "by_batch", "controller", "cycle")
+"""The CONTROLLED_ACCEPTANCE engines: a cell per acceptance."""
+PLUGIN_KINDS = ACCEPTANCE_KINDS + ("dflash_block",)
 DRAFT_MODEL_KINDS = ("dflash", "dflash_block")
 """Issue 22's engines: ``draft_model_table`` reads them, ``tables`` and ``run``'s default order leave them out."""
 
@@ -143,6 +148,9 @@ def plugins_toml(spec: Dict[str, Any], continuations: Path) -> str:
              f'continuations = "{continuations}"', f"max_tokens_per_req = {spec['ndt']}"]
     if spec["kind"] == "static":
         lines.append(f"verify_width = {spec['width']}")
+    elif spec["kind"] == "cycle":
+        lines += [f"widths_by_batch_size = {{1 = {spec['cycle']}}}", f"width_cycle = {spec['cycle']}",
+                  f"width_cycle_steps = {spec['steps']}"]
     elif spec["kind"] == "by_batch":
         lines.append(f"widths_by_batch_size = {table_text(BY_BATCH[spec['ndt']])}")
     else:
@@ -154,6 +162,8 @@ def widths_table(spec: Dict[str, Any]):
     """The engine's widths by batch size (for the graphs' cost), None for one width."""
     from sglang_spec_plugins.widths_by_batch_size import WidthsByBatchSize
 
+    if spec["kind"] == "cycle":
+        return WidthsByBatchSize.parse({1: spec["cycle"]})
     table = {"by_batch": BY_BATCH, "controller": CANDIDATES}.get(spec["kind"])
     return None if table is None else WidthsByBatchSize.parse(table[spec["ndt"]])
 
@@ -269,7 +279,7 @@ def engine_cells(engine, label: str) -> List[Dict[str, Any]]:
     """Every cell of the engine ``label``: each batch size at each acceptance (once for an engine that drafts
     without the continuations)."""
     spec = ENGINES[label]
-    acceptances = ACCEPTANCES if spec["kind"] in ("static", "by_batch", "controller") else (None,)
+    acceptances = ACCEPTANCES if spec["kind"] in ACCEPTANCE_KINDS else (None,)
     return [cell(engine, batch, acceptance, spec["kind"] == "controller") for acceptance in acceptances
             for batch in spec.get("batches", BATCHES)]
 
@@ -306,7 +316,7 @@ def profile_engine(engine, label: str, out: Path) -> Dict[str, Any]:
     engine.start_profile(output_dir=str(directory), num_steps=PROFILED_STEPS, activities=["CPU", "GPU"])
     # at acceptance 0.5 a step commits under 2 tokens a request, so NEW_TOKENS outlast PROFILED_STEPS steps at
     # any width (on 2026-12-03, 40 tokens at 0.9 ended before the 24th step of widths 2 and 4: no trace written)
-    acceptance = ACCEPTANCES[0] if ENGINES[label]["kind"] in ("static", "by_batch", "controller") else None
+    acceptance = ACCEPTANCES[0] if ENGINES[label]["kind"] in ACCEPTANCE_KINDS else None
     generate(engine, PROFILE_BATCH, NEW_TOKENS, acceptance)
     traces = sorted(directory.glob("*.trace.json.gz"))
     for _ in range(TRACE_SECONDS):
@@ -742,6 +752,34 @@ def tables(results: List[Dict[str, Any]], ndts=NDTS) -> str:
     return "\n\n".join(parts)
 
 
+SWITCH_BAR = 1.01
+"""Issue 23's bar for a switch: under 1% added to a step's time."""
+
+
+def switch_table(results: List[Dict[str, Any]]) -> str:
+    """What a switch of width costs: per (batch, acceptance), tokens/s of the engine taking widths 4 and 8 in
+    turn with another width every step (``cycle1_ndt8``) and every 16 steps (``cycle16_ndt8``), the same mix
+    of widths with 16 times fewer switches; their committed tokens per verify step, and the ratio of their
+    seconds per verify step (each cell's seconds over its verify steps, the prefill's share in both)."""
+    r, committed, seconds = (cells(results, key) for key in ("tokens_per_s", "committed_per_verify", "seconds"))
+    every, runs = "cycle1_ndt8", "cycle16_ndt8"
+    tokens = cells(results, "tokens")
+    head = ["batch", "acceptance", "every step", "every 16 steps", "committed/verify: every, 16",
+            "seconds/verify ÷", "bar"]
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for a in ACCEPTANCES:
+        for b in BATCHES:
+            key = (b, a)
+            if key not in r.get(every, {}) or key not in r.get(runs, {}):
+                continue
+            per_step = [seconds[x][key] * committed[x][key] / (tokens[x][key] - b) for x in (every, runs)]
+            ratio = per_step[0] / per_step[1]
+            rows.append("| " + " | ".join([str(b), f"{a}", f"{r[every][key]:.0f}", f"{r[runs][key]:.0f}",
+                                           f"{committed[every][key]:.2f}, {committed[runs][key]:.2f}", f"{ratio:.3f}",
+                                           "met" if ratio <= SWITCH_BAR else "missed"]) + " |")
+    return "\n".join(rows)
+
+
 DRAFT_BAR = 0.97
 """Issue 22's bar: DFLASH_BLOCK at the full block within 3% of SGLang's DFLASH in tokens/s at every batch size."""
 
@@ -848,6 +886,8 @@ def main(argv=None) -> int:
         print(tables(results, args.ndt or NDTS))
         if any(draft_model(r["label"]) for r in results):
             print("\n" + draft_model_table(results))
+        if any(r.get("kind") == "cycle" and r.get("ok") for r in results):
+            print("\n" + switch_table(results))
         return 0
     record = {"label": args.label, "ok": False}
     try:

@@ -28,7 +28,7 @@ JOINED = [line.split() for line in (ROOT / "benchmarks" / "README.md").read_text
 
 
 @pytest.mark.sglang  # the engines' plugins.toml enable the controlled_acceptance example, installed with SGLang's environment
-@pytest.mark.parametrize("label", [label for label, spec in e2e.ENGINES.items() if spec["kind"] in ("static", "by_batch", "controller")])
+@pytest.mark.parametrize("label", [label for label, spec in e2e.ENGINES.items() if spec["kind"] in e2e.ACCEPTANCE_KINDS])
 def test_each_engine_s_plugins_toml_is_valid_at_its_ndt(tmp_path, label):
     from sglang_spec_plugins import config
     from sglang_spec_plugins.plugins import discover_configured
@@ -50,6 +50,11 @@ def test_each_engine_s_plugins_toml_is_valid_at_its_ndt(tmp_path, label):
         return
     assert policy.widths_by_batch_size(spec["ndt"], False) == table
     assert (policy.widths_by_acceptance(spec["ndt"], False) is not None) == (spec["kind"] == "controller")
+    if spec["kind"] == "cycle":
+        from controlled_acceptance_drafter.plugin import width_cycle_of
+
+        assert width_cycle_of(policy.settings, spec["ndt"]) == (tuple(spec["cycle"]), spec["steps"])
+        assert set(spec["cycle"]) <= set(policy.candidate_widths(spec["ndt"], False))
     cost = graph_cost(table, e2e.BATCHES, e2e.VOCAB)
     assert cost["graphs"] == sum(len(table.widths_at(b)) for b in e2e.BATCHES)
     assert cost["logit_bytes"] < 2 * 1024 ** 3  # the graphs' logits fit beside the KV of mem_fraction_static 0.75
@@ -64,6 +69,7 @@ def synthetic(speedup):
         results.append({"label": label, "ok": True, **spec, "target_verify_graph_capture_s": 3.0, "target_verify_graph_mem_gb": 1.5,
                         "graphs_estimate": e2e.graphs_estimate(spec) if spec["kind"] in ("by_batch", "controller") else None,
                         "cells": [{"batch": b, "acceptance": a, "tokens_per_s": plain[b] * speedup(label, b, a),
+                                   "tokens": 128 * b, "seconds": 128 * b / (plain[b] * speedup(label, b, a)),
                                    "committed_per_verify": 2.5} for a in per for b in e2e.BATCHES]})
     return results
 
@@ -138,6 +144,21 @@ def test_tables_take_the_engines_a_call_lacks_from_another(tmp_path):
     printed = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "e2e_speculative.py"), "tables", str(paths[0]),
                               "--with", str(paths[1]), "--ndt", "16"], capture_output=True, text=True, check=True).stdout
     assert printed.startswith(e2e.tables(joined, (16,))) and "**ndt 8**" not in printed
+
+
+def test_the_switch_table_compares_seconds_per_verify_step():
+    """Switching every step against every 16 steps: the ratio of seconds per verify step (a cell's seconds
+    over its verify steps, ``(tokens - batch) / committed per verify``), the bar at 1.01."""
+    def record(label, seconds, committed):
+        return {"label": label, "ok": True, **e2e.ENGINES[label], "cells": [
+            {"batch": b, "acceptance": a, "tokens": 128 * b, "seconds": seconds * b ** 0.5, "committed_per_verify": committed,
+             "tokens_per_s": 128 * b / (seconds * b ** 0.5)} for a in e2e.ACCEPTANCES for b in e2e.BATCHES]}
+
+    table = e2e.switch_table([record("cycle1_ndt8", 1.005, 4.0), record("cycle16_ndt8", 1.0, 4.0)])
+    assert table.count("| 1.005 | met |") == len(e2e.BATCHES) * len(e2e.ACCEPTANCES)
+    slower = e2e.switch_table([record("cycle1_ndt8", 1.0, 4.2), record("cycle16_ndt8", 1.0, 4.0)])
+    assert "| 4.20, 4.00 | 1.050 | missed |" in slower  # the same seconds for 1/1.05 the verify steps
+    assert e2e.switch_table([record("cycle16_ndt8", 1.0, 4.0)]).count("\n") == 1  # the head alone
 
 
 def test_the_committed_h200_results_are_the_readme_tables():

@@ -197,6 +197,31 @@ def test_controlled_acceptance_commits_exactly_what_its_draws_keep(plain, tmp_pa
     assert {w for _, w in result["verify_steps"]} == {NDT} and result["chosen_widths"]
 
 
+def test_controlled_acceptance_cycles_its_own_widths_step_by_step(plain, tmp_path):
+    """CONTROLLED_ACCEPTANCE with ``width_cycle = [2, 4]`` (the worker's own width each step, as the benchmark's
+    switch-cost engines run it) while the batch grows and shrinks: outputs equal the plain run's, and the
+    TARGET_VERIFY steps the target ran alternate 2, 4, 2, ... (read off the ForwardBatch), as chosen."""
+    from controlled_acceptance_drafter.record import record
+    from sglang_spec_plugins.testing.scheduler_serve import PROMPTS
+
+    lengths = {"repetitive": NEW_TOKENS, "mixed": 12, "random": 6}
+    continuations = tmp_path / "continuations.json"
+    continuations.write_text(json.dumps(record((PROMPTS[rid], r["output_ids"]) for rid, r in plain["requests"].items())))
+    result = _serve_with(tmp_path, "CONTROLLED_ACCEPTANCE",
+                         '[plugins]\nenable = ["controlled_acceptance"]\n[algorithms.CONTROLLED_ACCEPTANCE]\n'
+                         f'continuations = "{continuations}"\nacceptance = 0.6\n'
+                         'widths_by_batch_size = {1 = [2, 4]}\nwidth_cycle = [2, 4]\n', tuple(lengths.values()), late_after=2)
+    skip_where_triton_refuses_widths(result)
+    assert result["served"], result
+    for rid, request in result["requests"].items():
+        assert request["output_ids"] == plain["requests"][rid]["output_ids"][:lengths[rid]], rid
+    steps = result["verify_steps"]
+    assert steps == result["chosen_widths"] and len(steps) >= 4, steps
+    assert [width for _, width in steps] == [(2, 4)[i % 2] for i in range(len(steps))], steps
+    sizes = [size for size, _ in steps]
+    assert any(b > a for a, b in zip(sizes, sizes[1:])) and any(b < a for a, b in zip(sizes, sizes[1:])), steps
+
+
 def _serve_sbd(tmp_path, settings, lengths=(NEW_TOKENS,), late_after=None):
     return _serve_with(tmp_path, "SBD", '[plugins]\nenable = ["sbd"]\n[algorithms.SBD]\nmax_tokens_per_req = 8\n' + settings,
                        lengths, late_after)

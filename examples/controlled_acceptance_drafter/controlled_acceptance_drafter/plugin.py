@@ -15,6 +15,11 @@ Settings (``[algorithms.CONTROLLED_ACCEPTANCE]`` in plugins.toml):
 * ``acceptance`` (default 0.7): the probability a draft token is kept; a
   request overrides it with ``sampling_params.custom_params["acceptance"]``;
 * ``seed`` (default 0): the draws' seed;
+* ``width_cycle`` (optional): the worker picks each decode step's width
+  itself, these widths in turn (each one the algorithm declares, through
+  ``widths_by_batch_size``), ``width_cycle_steps`` steps each (default 1:
+  another width every step), instead of the framework's width: for
+  measuring what a switch of width costs;
 * ``verify_width``, ``max_ngram``, ``min_ngram``, and the framework keys
   ``max_tokens_per_req``, ``widths_by_batch_size``, ``widths_by_acceptance``:
   as PROMPT_LOOKUP's.
@@ -29,7 +34,7 @@ from pathlib import Path
 from prompt_lookup_drafter.plugin import release_check
 from prompt_lookup_drafter.plugin import ngram_settings
 
-from sglang_spec_plugins import AlgorithmSpec, hookimpl
+from sglang_spec_plugins import AlgorithmSpec, hookimpl, is_plain_int
 
 ALGORITHM = "CONTROLLED_ACCEPTANCE"
 TABLE = f"[algorithms.{ALGORITHM}]"
@@ -52,6 +57,24 @@ def settings_of(settings):
     if type(seed) is not int:
         raise ValueError(f"{TABLE} seed = {seed!r}: it must be an int")
     return path, acceptance_value(settings.get("acceptance", 0.7), f"{TABLE} acceptance"), seed
+
+
+def width_cycle_of(settings, num_draft_tokens: int):
+    """``(widths, steps per width)`` of ``width_cycle``, or None where it is not set;
+    ValueError naming the key that is wrong (a width must be an int from 1 to
+    ``num_draft_tokens``)."""
+    widths = settings.get("width_cycle")
+    steps = settings.get("width_cycle_steps", 1)
+    if widths is None:
+        if "width_cycle_steps" in settings:
+            raise ValueError(f"{TABLE} width_cycle_steps = {steps!r}: it takes a width_cycle")
+        return None
+    if not isinstance(widths, (list, tuple)) or not widths or not all(is_plain_int(w) and 1 <= w <= num_draft_tokens for w in widths):
+        raise ValueError(f"{TABLE} width_cycle = {widths!r}: give a list of widths, each an int from 1 to "
+                         f"speculative_num_draft_tokens ({num_draft_tokens})")
+    if not is_plain_int(steps) or steps < 1:
+        raise ValueError(f"{TABLE} width_cycle_steps = {steps!r}: it must be an int >= 1")
+    return tuple(widths), steps
 
 
 _loaded = {}
@@ -97,4 +120,5 @@ def sgl_spec_verify_width(algorithm, num_draft_tokens, settings):
     # weight loads), naming the key
     load_continuations(settings_of(settings)[0])
     ngram_settings(settings)
+    width_cycle_of(settings, num_draft_tokens)
     return settings.get("verify_width", num_draft_tokens)

@@ -1,4 +1,5 @@
-"""The CONTROLLED_ACCEPTANCE worker: PROMPT_LOOKUP's, drafting by ``draws.drafts`` (imports SGLang)."""
+"""The CONTROLLED_ACCEPTANCE worker: PROMPT_LOOKUP's, drafting by ``draws.drafts`` and, where plugins.toml
+sets ``width_cycle``, choosing each step's width itself (imports SGLang)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from prompt_lookup_drafter.worker import PromptLookupWorker
 from sglang_spec_plugins.worker import policy_for
 
 from .draws import drafts, keep_pattern, prompt_key
-from .plugin import acceptance_value, load_continuations, settings_of
+from .plugin import acceptance_value, load_continuations, settings_of, width_cycle_of
 
 KEPT_REQUESTS = 4096
 """How many requests' draws are kept (the oldest are dropped first; a request drawn again gets the same)."""
@@ -21,10 +22,23 @@ class ControlledAcceptanceWorker(PromptLookupWorker):
 
     def __init__(self, server_args, target_worker, **release_kwargs):
         super().__init__(server_args, target_worker, **release_kwargs)
-        path, self.acceptance, self.seed = settings_of(policy_for(server_args).settings)
+        settings = policy_for(server_args).settings
+        path, self.acceptance, self.seed = settings_of(settings)
+        self.cycle = width_cycle_of(settings, self.widths.maximum)
+        self.cycle_steps = 0  # decode steps so far (the cycle's position)
         self.continuations = load_continuations(path)
         self.vocab_size = self.target_worker.model_runner.model_config.vocab_size
         self._plans: "OrderedDict[str, Tuple[Sequence[int], List[bool]]]" = OrderedDict()
+
+    def step_width(self, batch) -> int:
+        """The cycle's width for this step where ``width_cycle`` is set (``StepWidths`` refuses one the algorithm
+        does not declare, naming the plugin, before the step reaches the GPU), else the framework's."""
+        if self.cycle is None:
+            return super().step_width(batch)
+        widths, steps = self.cycle
+        width = widths[self.cycle_steps // steps % len(widths)]
+        self.cycle_steps += 1
+        return self.widths.at(len(batch.reqs), width)
 
     def refusal(self, req) -> Optional[str]:
         why = super().refusal(req)

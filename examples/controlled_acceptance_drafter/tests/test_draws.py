@@ -67,10 +67,21 @@ def test_a_token_not_kept_is_never_the_continuation_s():
     ({"continuations": "tests/continuations.json", "acceptance": 1.5}, r"acceptance = 1.5: the acceptance must be a number from 0 to 1"),
     ({"continuations": "tests/continuations.json", "acceptance": "high"}, r"acceptance = 'high'"),
     ({"continuations": "tests/continuations.json", "seed": 1.5}, r"seed = 1.5: it must be an int"),
+    ({"continuations": "tests/continuations.json", "width_cycle": [2, 5]}, r"width_cycle = \[2, 5\]: give a list of widths, each an int from 1 to speculative_num_draft_tokens \(4\)"),
+    ({"continuations": "tests/continuations.json", "width_cycle": []}, r"width_cycle = \[\]"),
+    ({"continuations": "tests/continuations.json", "width_cycle": [2, True]}, r"width_cycle = \[2, True\]"),
+    ({"continuations": "tests/continuations.json", "width_cycle": [2], "width_cycle_steps": 0}, r"width_cycle_steps = 0: it must be an int >= 1"),
+    ({"continuations": "tests/continuations.json", "width_cycle_steps": 4}, r"width_cycle_steps = 4: it takes a width_cycle"),
 ])
 def test_bad_settings_are_refused_naming_the_key(settings_, message):
     with pytest.raises(ValueError, match=r"\[algorithms.CONTROLLED_ACCEPTANCE\] " + message):
         plugin.sgl_spec_verify_width("CONTROLLED_ACCEPTANCE", 4, settings_)
+
+
+def test_a_width_cycle_is_its_widths_and_steps_per_width():
+    assert plugin.width_cycle_of({}, 8) is None
+    assert plugin.width_cycle_of({"width_cycle": [4, 8]}, 8) == ((4, 8), 1)
+    assert plugin.width_cycle_of({"width_cycle": [4, 8], "width_cycle_steps": 16}, 8) == ((4, 8), 16)
 
 
 def test_width_and_other_algorithms(tmp_path):
