@@ -3,10 +3,11 @@
 :class:`StepClock` times each decode step a worker runs from its
 ``StepWidths.at`` (before drafting) to its ``StepWidths.record`` (after the
 verify): the step's own work, drafting and the verify forward. The scheduler's
-time between two steps (a ``record`` to the next ``at``) is part of every
-step's cost too, whatever its width; it is kept as one running mean, each gap
-counted up to the step's own time (a longer gap held other work: a prefill,
-an idle wait).
+time from a ``record`` to the next ``at`` (taking in the step's tokens, which
+grows with the tokens it committed) is part of the cost of the step before it:
+kept as a running mean per (slot, width) of that step, each gap counted up to
+the step's own time (a longer gap held other work: a prefill, an idle wait).
+A width whose steps have no gap after them yet takes the mean of all gaps.
 
 A clock reads its times through a timer. :class:`HostTimer` reads a host
 clock at each mark: right where the host has waited for the step's work (a
@@ -104,15 +105,16 @@ class StepClock:
 
     def __init__(self, timer: Any = None):
         self._timer = timer or HostTimer()
-        self._started: Optional[Tuple[Any, Any]] = None  # (this step's start, the last step's end) marks
-        self._last_end: Any = None
+        self._started: Optional[Tuple[Any, Any]] = None  # (this step's start mark, the last step: _last)
+        self._last: Any = None  # (end mark, slot, width) of the step stopped last
         self._unread: List[Tuple[int, int, Any, Any, Any]] = []  # steps stopped whose seconds are not read yet
-        self._gap: Optional[float] = None  # the running mean
+        self._gap: Optional[float] = None  # the running mean of every gap
+        self._gaps: Dict[Tuple[int, int], float] = {}  # the running mean of the gaps after (slot, width)'s steps
         self._sums: Dict[int, Dict[int, Tuple[float, int]]] = {}
 
     def start(self) -> None:
         """A step starts now."""
-        self._started = (self._timer.mark(), self._last_end)
+        self._started = (self._timer.mark(), self._last)
 
     def stop(self, slot: int, width: int) -> None:
         """The step started last ended now, at ``width`` in ``slot``."""
@@ -120,30 +122,35 @@ class StepClock:
             return
         end = self._timer.mark()
         self._unread.append((slot, width, *self._started, end))
-        self._started, self._last_end = None, end
+        self._started, self._last = None, (end, slot, width)
 
     def settle(self) -> None:
         """Read the seconds of the steps stopped since the last call (a :class:`DeviceTimer`
         waits for each step's end; a step a mark could not time is left out)."""
-        for slot, width, start, previous_end, end in self._unread:
+        for slot, width, start, previous, end in self._unread:
             span = self._timer.seconds(start, end)
             if span is None:
                 continue
-            gap = None if previous_end is None else self._timer.seconds(previous_end, start)
+            gap = None if previous is None else self._timer.seconds(previous[0], start)
             if gap is not None:
                 gap = min(gap, span)
-                self._gap = gap if self._gap is None else (1 - _GAP_WEIGHT) * self._gap + _GAP_WEIGHT * gap
+                self._gap = _running(self._gap, gap)
+                self._gaps[previous[1:]] = _running(self._gaps.get(previous[1:]), gap)
             total, count = self._sums.setdefault(slot, {}).get(width, (0.0, 0))
             self._sums[slot][width] = (total + span, count + 1)
         self._unread.clear()
 
     def take(self, slot: int) -> Dict[int, float]:
         """Mean seconds per step of each width ``slot`` ran at since the last
-        ``take``, the scheduler's mean gap included; the sums start again."""
+        ``take``, the mean gap after its steps included; the sums start again."""
         self.settle()
         sums = self._sums.pop(slot, {})
-        gap = self._gap or 0.0
-        return {width: total / count + gap for width, (total, count) in sorted(sums.items())}
+        return {width: total / count + self._gaps.get((slot, width), self._gap or 0.0)
+                for width, (total, count) in sorted(sums.items())}
+
+
+def _running(mean: Optional[float], value: float) -> float:
+    return value if mean is None else (1 - _GAP_WEIGHT) * mean + _GAP_WEIGHT * value
 
 
 def agreed(model_runner: Any, seconds: Dict[int, float]) -> Dict[int, float]:
