@@ -103,25 +103,24 @@ def test_tables_judge_the_bar_cell_by_cell():
     assert "| controller_ndt16 | - | 3.0 | 1.5 | 21, 1.87 | - |" in engines  # 4 + 5 + 4 + 4 + 4 graphs
 
 
-def test_tables_mark_a_met_cell_and_where_ndt_is_the_best_width():
+def by_width(statics, controller):
+    """A ``synthetic`` speedup: static width w runs ``statics[w]`` times plain, the controllers ``controller``."""
     def speedup(label, batch, acceptance):
         if label.startswith("static"):
-            return {2: 1.2, 4: 1.4, 8: 1.6, 16: 1.9}[int(label[6:label.index("_")])]
-        return 1.9 if label.startswith("controller") else 1.0
+            return statics[int(label[6:label.index("_")])]
+        return controller if label.startswith("controller") else 1.0
+    return speedup
 
-    ndt16 = sections(e2e.tables(synthetic(speedup)))[1]
+
+def test_tables_mark_a_met_cell_and_where_ndt_is_the_best_width():
+    ndt16 = sections(e2e.tables(synthetic(by_width({2: 1.2, 4: 1.4, 8: 1.6, 16: 1.9}, 1.9))))[1]
     assert all("| 1.00 | 1.00 (best) | 1.90 | met |" in row for row in ndt16.splitlines() if row.startswith("| 8 |"))
 
 
 def test_a_missed_part_no_static_width_reaches_is_starred():
     """Below plain where every static width is too (a synchronous engine where plain decoding wins), and
     under 1.15x static ndt where the best static is itself under it: the verdict says so."""
-    def speedup(label, batch, acceptance):
-        if label.startswith("static"):
-            return {2: 0.95, 4: 0.9, 8: 0.85, 16: 0.8}[int(label[6:label.index("_")])]
-        return 0.94 if label.startswith("controller") else 1.0
-
-    ndt8 = sections(e2e.tables(synthetic(speedup)))[0]
+    ndt8 = sections(e2e.tables(synthetic(by_width({2: 0.95, 4: 0.9, 8: 0.85, 16: 0.8}, 0.94))))[0]
     assert all("| 0.99 | 1.11 | 0.94 | missed: ndt*, plain* |" in row for row in ndt8.splitlines() if row.startswith("| 8 |"))
     assert e2e.bar_verdict(0.99, (1.16, 1.2), (0.97, 0.99)) == "missed: plain"
     assert e2e.bar_verdict(0.97, None, (1.0, 1.0)) == "met"
