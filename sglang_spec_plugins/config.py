@@ -16,17 +16,12 @@ from __future__ import annotations
 import os
 import re
 import stat
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, List, Mapping, Optional, Tuple
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on Python 3.10 only
-    import tomli as tomllib
-
+from . import toml_documents
 from .errors import ConfigError, closest, is_plain_int
 from .widths_by_batch_size import WidthsByBatchSize, WidthsByBatchSizeError
 
@@ -215,11 +210,12 @@ def load(path: Optional[Path] = None, *, environ: Mapping[str, str] = os.environ
         data = Path(path).read_bytes()
     except OSError as exc:
         raise ConfigError([f"{path}: cannot read: {_os_reason(exc)}"]) from None
-    return parse(decode(data, Path(path)), source=Path(path))
+    return parse(decode(data, Path(path), environ), source=Path(path))
 
 
-def decode(data: bytes, where: Path) -> Mapping[str, Any]:
-    """The TOML document in ``data`` (UTF-8, a leading byte-order mark allowed)."""
+def decode(data: bytes, where: Path, environ: Mapping[str, str] = os.environ) -> Mapping[str, Any]:
+    """The TOML document in ``data`` (UTF-8, a leading byte-order mark allowed;
+    parsed, or kept from an earlier process: :mod:`.toml_documents`)."""
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -228,8 +224,8 @@ def decode(data: bytes, where: Path) -> Mapping[str, Any]:
         raise ConfigError([f"{where}: not UTF-8 text: byte 0x{data[exc.start]:02x} at line {line}, column {column}"]) from None
     too_deep = ConfigError([f"{where}: arrays or tables nested more than {MAX_NESTING} levels deep"])
     try:
-        document = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
+        document = toml_documents.loads(text, environ)
+    except toml_documents.TOMLError as exc:
         end = f"(at end of document, line {text.count(chr(10)) + 1})"
         raise ConfigError([f"{where}: not valid TOML: {str(exc).replace('(at end of document)', end)}"]) from None
     except RecursionError:  # the parser recurses once per level

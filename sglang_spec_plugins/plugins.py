@@ -28,6 +28,7 @@ import pluggy
 from . import config as config_mod
 from . import hookspecs
 from .config import RESERVED_ALGORITHM_NAMES, AlgorithmConfig, Config, valid_algorithm_name
+from .dist_metadata import fields
 from .errors import ConfigError, PluginError, closest, show, type_name
 from .installed import plugin_entry_points
 from .plugin_calls import plugin_code
@@ -274,8 +275,8 @@ def _load_one(pm: pluggy.PluginManager, name: str, eps: Sequence[metadata.EntryP
                           + ", ".join(sorted(map(_provider, eps))) + "; uninstall all but one")
     ep = eps[0]
     dist = getattr(ep, "dist", None)
-    meta = dist.metadata if dist else None  # parsed once: each of dist.name, dist.version parses the file again
-    label = f"{meta['Name']}=={meta['Version']}" if dist else None
+    dist_name, dist_version = fields(dist, "Name", "Version") if dist else (None, None)
+    label = f"{dist_name}=={dist_version}" if dist else None
     with plugin_code(name, label, f"importing {ep.value}", failed=f"cannot import {ep.value}:", doing=f"importing {ep.value}"):
         plugin = ep.load()
     _refuse_callable_entry_point(name, ep, plugin, label)
@@ -306,8 +307,8 @@ def _load_one(pm: pluggy.PluginManager, name: str, eps: Sequence[metadata.EntryP
                               "remove the default", label)
     info = PluginInfo(
         name=name,
-        distribution=meta["Name"] if dist else None,
-        version=meta["Version"] if dist else None,
+        distribution=dist_name,
+        version=dist_version,
         module_file=getattr(inspect.getmodule(plugin), "__file__", None),
     )
     if not mine:

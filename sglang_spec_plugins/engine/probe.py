@@ -17,6 +17,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import FrozenSet, Optional, Tuple
 
+from ..dist_metadata import fields
 from .source_text import function_in_file, method_in_file, note
 
 WIDTH_HOOK_NAMES = (
@@ -171,7 +172,7 @@ def locate(locations) -> Optional[str]:
 def installed_version() -> Optional[str]:
     """The installed SGLang release, read from its metadata without importing it."""
     try:
-        return metadata.version("sglang")
+        return fields(metadata.distribution("sglang"), "Version")[0]
     except metadata.PackageNotFoundError:
         return None
 
