@@ -17,11 +17,10 @@ import importlib.util
 import inspect
 import os
 import re
-from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Collection, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Collection, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 import pluggy
 
@@ -38,8 +37,7 @@ ALLOW_ENV = "SGLANG_SPEC_PLUGINS"
 """Environment variable: comma-separated allow-list of plugin names."""
 
 
-@dataclass(frozen=True)
-class PluginInfo:
+class PluginInfo(NamedTuple):
     """Where a loaded plugin came from."""
 
     name: str
@@ -58,8 +56,7 @@ class PluginInfo:
         return f"{self.name} ({self.dist_label})" if self.distribution else self.name
 
 
-@dataclass(frozen=True)
-class OfferedAlgorithm:
+class OfferedAlgorithm(NamedTuple):
     """An enabled algorithm, its owning plugin (and that plugin's ``dist==version``)
     and its plugins.toml table."""
 
@@ -78,8 +75,7 @@ class OfferedAlgorithm:
         return plugin_code(self.plugin, self.distribution, f"algorithm {self.name}: {what}", **how)
 
 
-@dataclass(frozen=True)
-class PluginFailure:
+class PluginFailure(NamedTuple):
     """A plugin dropped under ``on_error = "skip"`` (or reported by ``check``)."""
 
     plugin: str

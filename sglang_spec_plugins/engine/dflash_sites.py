@@ -19,7 +19,7 @@ import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import List, NamedTuple, Optional, Tuple
 
 
 OWN_FILES = re.compile(r"(^|/)(dflash[^/]*|dspark[^/]*)\.py$|(^|/)dspark_components/")
@@ -35,8 +35,7 @@ _CANDIDATE = re.compile(r"\.(?:%s)\s*\(\s*\)|[\"']%s[\"']" % ("|".join(PREDICATE
 only the files that match are parsed."""
 
 
-@dataclass(frozen=True)
-class DflashSite:
+class DflashSite(NamedTuple):
     """One DFLASH-only decision: where (``file`` relative to ``sglang/srt``,
     ``line``), in which function (``function``: its qualname in the file,
     nested functions included), what it asks (``test``: ``is_dflash_family()``,

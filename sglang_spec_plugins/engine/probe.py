@@ -12,10 +12,9 @@ import functools
 import importlib
 import importlib.util
 import inspect
-from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import FrozenSet, Optional, Tuple
+from typing import FrozenSet, NamedTuple, Optional, Tuple
 
 from ..dist_metadata import fields
 from .source_text import function_in_file, method_in_file, note
@@ -43,8 +42,7 @@ DUMMY_RUN_LOCATIONS = (
 """Where the dummy (warm-up) forward decides its width, newest first."""
 
 
-@dataclass(frozen=True)
-class EngineProbe:
+class EngineProbe(NamedTuple):
     """The installed SGLang, as the loader sees it.
 
     ``version`` is None when SGLang is not installed (then every feature is

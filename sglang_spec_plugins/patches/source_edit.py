@@ -26,15 +26,13 @@ import functools
 import inspect
 import textwrap
 import types
-from dataclasses import dataclass
-from typing import Callable, Sequence, Tuple
+from typing import Callable, NamedTuple, Sequence, Tuple
 
 from ..engine.source_text import function_source
 from .code_cache import compiled
 
 
-@dataclass(frozen=True)
-class Edit:
+class Edit(NamedTuple):
     """Replace the statement line ``old`` with ``new`` (both without indentation):
     the one such line, or with ``every`` each of them (at least one)."""
 
