@@ -16,10 +16,9 @@ from __future__ import annotations
 import os
 import re
 import stat
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, List, Mapping, NamedTuple, Optional, Tuple
 
 from . import toml_documents
 from .errors import ConfigError, closest, is_plain_int
@@ -78,8 +77,11 @@ def valid_algorithm_name(name: Any) -> bool:
     return isinstance(name, str) and _ALGORITHM_NAME.fullmatch(name) is not None
 
 
-@dataclass(frozen=True)
-class AlgorithmConfig:
+_NOTHING: Mapping[str, Any] = MappingProxyType({})
+"""An empty read-only mapping (the default of the mappings below)."""
+
+
+class AlgorithmConfig(NamedTuple):
     """One ``[algorithms.NAME]`` table.
 
     ``plugin``: the entry-point name of the plugin that must serve it (needed
@@ -97,13 +99,12 @@ class AlgorithmConfig:
     plugin: Optional[str] = None
     enabled: bool = True
     max_tokens_per_req: Optional[int] = None
-    settings: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    settings: Mapping[str, Any] = _NOTHING
     widths_by_batch_size: Optional[WidthsByBatchSize] = None
     widths_by_acceptance: Optional[AcceptanceSettings] = None
 
 
-@dataclass(frozen=True)
-class Config:
+class Config(NamedTuple):
     """The whole of plugins.toml, validated and immutable.
 
     ``source`` is the file it came from (None: built-in defaults).
@@ -114,9 +115,7 @@ class Config:
     enable: Optional[Tuple[str, ...]] = None
     disable: Tuple[str, ...] = ()
     on_error: str = "fail"
-    algorithms: Mapping[str, AlgorithmConfig] = field(
-        default_factory=lambda: MappingProxyType({})
-    )
+    algorithms: Mapping[str, AlgorithmConfig] = _NOTHING
 
     @property
     def origin(self) -> str:

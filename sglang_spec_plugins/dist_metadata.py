@@ -13,13 +13,8 @@ field, no metadata file.
 
 from __future__ import annotations
 
-import re
 from importlib import metadata
 from typing import Optional, Tuple
-
-_FIELD_NAME = re.compile(r"[\x21-\x39\x3b-\x7e]+")
-"""A header field name as the email parser accepts one (printable, no colon)."""
-
 
 def fields(dist: metadata.Distribution, *names: str) -> Tuple[Optional[str], ...]:
     """``dist.metadata[name]`` for each of ``names`` (None where absent)."""
@@ -44,7 +39,7 @@ def _header_fields(text: str, wanted) -> Optional[dict]:
                 return None
             continue
         name, colon, value = line.partition(":")
-        if not colon or not _FIELD_NAME.fullmatch(name):
+        if not (colon and name.isascii() and name.isprintable() and " " not in name):  # not a field to the parser
             return None
         taken = name.lower() in wanted and name.lower() not in found
         if taken:

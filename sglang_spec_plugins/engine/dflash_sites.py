@@ -17,7 +17,6 @@ from __future__ import annotations
 import ast
 import functools
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import List, NamedTuple, Optional, Tuple
 
@@ -126,8 +125,7 @@ def _test(node: ast.AST) -> Optional[Tuple[str, str]]:
 DECLARED, ANSWERED, REFUSED = "declared", "answered", "refused"
 
 
-@dataclass(frozen=True)
-class Verdict:
+class Verdict(NamedTuple):
     """What a draft-model plugin gets at a site.
 
     ``declared``: the site asks the plugin's :class:`~sglang_spec_plugins.draft_model.DraftModel`
