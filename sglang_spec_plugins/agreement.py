@@ -42,9 +42,8 @@ import os
 import shutil
 import sys
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, NamedTuple, Optional
 
 from .config import file_kind
 from .errors import SpecPluginError
@@ -66,8 +65,7 @@ class DisagreementError(AgreementError):
     """Two processes of one server resolved different fingerprints or answers."""
 
 
-@dataclass(frozen=True)
-class Answer:
+class Answer(NamedTuple):
     """One answer that shapes a step, as processes compare it: ``key`` is what
     it answers (``"SBD: sgl_spec_verify_width(num_draft_tokens=8,
     is_draft_worker=False)"``), ``value`` the answer as JSON (None: one width

@@ -12,7 +12,8 @@ once: each writes a file of its own in the directory and renames it over the
 entry (atomic on POSIX), so a reader sees a whole entry or none. An entry
 that cannot be read or decoded, or holds another key, is no entry; a
 directory that cannot be written is skipped. Nothing here raises: the cache
-can make a start faster, never stop one. Entries are JSON, never code.
+can make a start faster, never stop one. Entries are JSON; the one
+exception, compiled code of rebuilt SGLang functions, is :mod:`.patches.code_cache`'s.
 """
 
 from __future__ import annotations
@@ -71,10 +72,15 @@ def read_entry(path: Path, key: str, fields: Iterable[str] = ("value",)) -> Opti
 
 def write_entry(path: Path, entry: dict) -> None:
     """Replace the entry at ``path`` atomically; skipped (logged at DEBUG) where it cannot be written."""
+    write_file(path, json.dumps(entry).encode())
+
+
+def write_file(path: Path, data: bytes) -> None:
+    """Replace the file at ``path`` with ``data`` atomically; skipped (logged at DEBUG) where it cannot be written."""
     scratch = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        scratch.write_text(json.dumps(entry))
+        scratch.write_bytes(data)
         os.replace(scratch, path)
     except OSError as exc:
         logger.debug("sglang-spec-plugins: cache entry %s not written: %s", path, exc)

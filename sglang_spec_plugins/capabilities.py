@@ -11,13 +11,11 @@ A declared capability the installed release does not ask is logged at load
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 
-@dataclass(frozen=True)
-class Capability:
+class Capability(NamedTuple):
     since: str
     """The first SGLang release that asks it."""
     default: bool

@@ -16,17 +16,11 @@ from __future__ import annotations
 import os
 import re
 import stat
-import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, List, Mapping, NamedTuple, Optional, Tuple
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on Python 3.10 only
-    import tomli as tomllib
-
+from . import toml_documents
 from .errors import ConfigError, closest, is_plain_int
 from .widths_by_batch_size import WidthsByBatchSize, WidthsByBatchSizeError
 
@@ -83,8 +77,11 @@ def valid_algorithm_name(name: Any) -> bool:
     return isinstance(name, str) and _ALGORITHM_NAME.fullmatch(name) is not None
 
 
-@dataclass(frozen=True)
-class AlgorithmConfig:
+_NOTHING: Mapping[str, Any] = MappingProxyType({})
+"""An empty read-only mapping (the default of the mappings below)."""
+
+
+class AlgorithmConfig(NamedTuple):
     """One ``[algorithms.NAME]`` table.
 
     ``plugin``: the entry-point name of the plugin that must serve it (needed
@@ -102,13 +99,12 @@ class AlgorithmConfig:
     plugin: Optional[str] = None
     enabled: bool = True
     max_tokens_per_req: Optional[int] = None
-    settings: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    settings: Mapping[str, Any] = _NOTHING
     widths_by_batch_size: Optional[WidthsByBatchSize] = None
     widths_by_acceptance: Optional[AcceptanceSettings] = None
 
 
-@dataclass(frozen=True)
-class Config:
+class Config(NamedTuple):
     """The whole of plugins.toml, validated and immutable.
 
     ``source`` is the file it came from (None: built-in defaults).
@@ -119,9 +115,7 @@ class Config:
     enable: Optional[Tuple[str, ...]] = None
     disable: Tuple[str, ...] = ()
     on_error: str = "fail"
-    algorithms: Mapping[str, AlgorithmConfig] = field(
-        default_factory=lambda: MappingProxyType({})
-    )
+    algorithms: Mapping[str, AlgorithmConfig] = _NOTHING
 
     @property
     def origin(self) -> str:
@@ -215,11 +209,12 @@ def load(path: Optional[Path] = None, *, environ: Mapping[str, str] = os.environ
         data = Path(path).read_bytes()
     except OSError as exc:
         raise ConfigError([f"{path}: cannot read: {_os_reason(exc)}"]) from None
-    return parse(decode(data, Path(path)), source=Path(path))
+    return parse(decode(data, Path(path), environ), source=Path(path))
 
 
-def decode(data: bytes, where: Path) -> Mapping[str, Any]:
-    """The TOML document in ``data`` (UTF-8, a leading byte-order mark allowed)."""
+def decode(data: bytes, where: Path, environ: Mapping[str, str] = os.environ) -> Mapping[str, Any]:
+    """The TOML document in ``data`` (UTF-8, a leading byte-order mark allowed;
+    parsed, or kept from an earlier process: :mod:`.toml_documents`)."""
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -228,8 +223,8 @@ def decode(data: bytes, where: Path) -> Mapping[str, Any]:
         raise ConfigError([f"{where}: not UTF-8 text: byte 0x{data[exc.start]:02x} at line {line}, column {column}"]) from None
     too_deep = ConfigError([f"{where}: arrays or tables nested more than {MAX_NESTING} levels deep"])
     try:
-        document = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
+        document = toml_documents.loads(text, environ)
+    except toml_documents.TOMLError as exc:
         end = f"(at end of document, line {text.count(chr(10)) + 1})"
         raise ConfigError([f"{where}: not valid TOML: {str(exc).replace('(at end of document)', end)}"]) from None
     except RecursionError:  # the parser recurses once per level

@@ -21,8 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
-from typing import Dict, List, Mapping, MutableMapping, Optional, Tuple
+from typing import Dict, List, Mapping, MutableMapping, NamedTuple, Optional, Tuple
 
 from . import __version__, agreement
 from .errors import SpecPluginError, StartupRefused
@@ -34,8 +33,7 @@ from .policy import VerifyPolicy, build_policies
 logger = logging.getLogger("sglang_spec_plugins")
 
 
-@dataclass(frozen=True)
-class LoadReport:
+class LoadReport(NamedTuple):
     """What :func:`load` did in this process."""
 
     plugins: PluginSet

@@ -34,7 +34,7 @@ import os
 import sys
 import threading
 import time
-from typing import Iterator, Optional, TextIO
+from typing import Callable, Iterator, Optional, TextIO
 
 from .errors import PluginError, PluginInterrupted, plugin_origin, type_name
 
@@ -52,26 +52,47 @@ class OsExitCalled(BaseException):
         super().__init__(code)
 
 
-@contextlib.contextmanager
 def plugin_code(plugin: str, distribution: Optional[str], what: str, *, failed: Optional[str] = None,
-                doing: Optional[str] = None) -> Iterator[None]:
+                doing: Optional[str] = None) -> "_PluginCode":
     """Run the ``with`` body as plugin ``plugin``'s code (see the module doc).
     ``what`` names the call in messages (``algorithm BAD: validate_server_args``);
     a fault reads ``{failed} {the exception}`` (``failed`` defaults to
     ``{what} raised``); the warning of a slow call says ``still {doing}``
     (default ``running {what}``)."""
-    watch = _watch.start(f"{plugin_origin(plugin, distribution)}: still {doing or 'running ' + what} after {SLOW_S} s")
-    try:
-        with _refusing_os_exit():
-            yield
-    except PluginInterrupted:
-        raise
-    except KeyboardInterrupt as exc:
-        raise PluginInterrupted(plugin, f"{what} was interrupted (KeyboardInterrupt)", distribution) from exc
-    except BaseException as exc:
-        raise PluginError(plugin, f"{failed or what + ' raised'} {describe_exception(exc)}", distribution) from exc
-    finally:
-        _watch.stop(watch)
+    return _PluginCode(plugin, distribution, what, failed, doing)
+
+
+class _PluginCode:
+    """What :func:`plugin_code` returns: a class, not a generator, and the
+    warning's line written only if it is due (the loader enters hundreds)."""
+
+    __slots__ = ("plugin", "distribution", "what", "failed", "doing", "_watched", "_me")
+
+    def __init__(self, plugin, distribution, what, failed, doing):
+        self.plugin, self.distribution, self.what, self.failed, self.doing = plugin, distribution, what, failed, doing
+
+    def slow_line(self) -> str:
+        return f"{plugin_origin(self.plugin, self.distribution)}: still {self.doing or 'running ' + self.what} after {SLOW_S} s"
+
+    def __enter__(self) -> None:
+        self._watched = _watch.start(self.slow_line)
+        try:
+            self._me = _refuse_os_exit()
+        except BaseException:
+            _watch.stop(self._watched)
+            raise
+
+    def __exit__(self, kind, exc, tb) -> bool:
+        try:
+            _allow_os_exit(self._me)
+        finally:
+            _watch.stop(self._watched)
+        if exc is None or isinstance(exc, PluginInterrupted):
+            return False
+        if isinstance(exc, KeyboardInterrupt):
+            raise PluginInterrupted(self.plugin, f"{self.what} was interrupted (KeyboardInterrupt)", self.distribution) from exc
+        raise PluginError(self.plugin, f"{self.failed or self.what + ' raised'} {describe_exception(exc)}",
+                          self.distribution) from exc
 
 
 def describe_exception(exc: BaseException) -> str:
@@ -142,8 +163,8 @@ class _Watch:
         self._running = {}  # token -> (deadline on time.monotonic(), warning)
         self._started = False
 
-    def start(self, line: str) -> object:
-        """Watch a call from now on; the token :meth:`stop` takes."""
+    def start(self, line: Callable[[], str]) -> object:
+        """Watch a call from now on (``line()``: its warning); the token :meth:`stop` takes."""
         token = object()
         with self._cond:
             self._running[token] = (time.monotonic() + SLOW_S, line)
@@ -166,7 +187,7 @@ class _Watch:
                 if not lines:
                     self._cond.wait(min((deadline for deadline, _ in self._running.values()), default=now + SLOW_S) - now)
             for line in lines:
-                logger.warning("sglang-spec-plugins: %s", line)
+                logger.warning("sglang-spec-plugins: %s", line())
 
 
 _watch = _Watch()
@@ -184,20 +205,21 @@ def _exit(code):
     _real_exit(code)
 
 
-@contextlib.contextmanager
-def _refusing_os_exit() -> Iterator[None]:
-    """While the body runs in this thread, ``os._exit`` raises :class:`OsExitCalled`
-    here (other threads end the process as before)."""
+def _refuse_os_exit() -> int:
+    """From now on ``os._exit`` raises :class:`OsExitCalled` in this thread
+    (other threads end the process as before), until :func:`_allow_os_exit`
+    with the thread's ident this returns; calls nest."""
     me = threading.get_ident()
     with _lock:
         _guarded[me] = _guarded.get(me, 0) + 1
         os._exit = _exit
-    try:
-        yield
-    finally:
-        with _lock:
-            _guarded[me] -= 1
-            if not _guarded[me]:
-                del _guarded[me]
-            if not _guarded:
-                os._exit = _real_exit
+    return me
+
+
+def _allow_os_exit(me: int) -> None:
+    with _lock:
+        _guarded[me] -= 1
+        if not _guarded[me]:
+            del _guarded[me]
+        if not _guarded:
+            os._exit = _real_exit

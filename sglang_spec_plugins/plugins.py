@@ -17,17 +17,17 @@ import importlib.util
 import inspect
 import os
 import re
-from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Collection, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Collection, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 import pluggy
 
 from . import config as config_mod
 from . import hookspecs
 from .config import RESERVED_ALGORITHM_NAMES, AlgorithmConfig, Config, valid_algorithm_name
+from .dist_metadata import fields
 from .errors import ConfigError, PluginError, closest, show, type_name
 from .installed import plugin_entry_points
 from .plugin_calls import plugin_code
@@ -37,8 +37,7 @@ ALLOW_ENV = "SGLANG_SPEC_PLUGINS"
 """Environment variable: comma-separated allow-list of plugin names."""
 
 
-@dataclass(frozen=True)
-class PluginInfo:
+class PluginInfo(NamedTuple):
     """Where a loaded plugin came from."""
 
     name: str
@@ -57,8 +56,7 @@ class PluginInfo:
         return f"{self.name} ({self.dist_label})" if self.distribution else self.name
 
 
-@dataclass(frozen=True)
-class OfferedAlgorithm:
+class OfferedAlgorithm(NamedTuple):
     """An enabled algorithm, its owning plugin (and that plugin's ``dist==version``)
     and its plugins.toml table."""
 
@@ -77,8 +75,7 @@ class OfferedAlgorithm:
         return plugin_code(self.plugin, self.distribution, f"algorithm {self.name}: {what}", **how)
 
 
-@dataclass(frozen=True)
-class PluginFailure:
+class PluginFailure(NamedTuple):
     """A plugin dropped under ``on_error = "skip"`` (or reported by ``check``)."""
 
     plugin: str
@@ -274,8 +271,8 @@ def _load_one(pm: pluggy.PluginManager, name: str, eps: Sequence[metadata.EntryP
                           + ", ".join(sorted(map(_provider, eps))) + "; uninstall all but one")
     ep = eps[0]
     dist = getattr(ep, "dist", None)
-    meta = dist.metadata if dist else None  # parsed once: each of dist.name, dist.version parses the file again
-    label = f"{meta['Name']}=={meta['Version']}" if dist else None
+    dist_name, dist_version = fields(dist, "Name", "Version") if dist else (None, None)
+    label = f"{dist_name}=={dist_version}" if dist else None
     with plugin_code(name, label, f"importing {ep.value}", failed=f"cannot import {ep.value}:", doing=f"importing {ep.value}"):
         plugin = ep.load()
     _refuse_callable_entry_point(name, ep, plugin, label)
@@ -306,8 +303,8 @@ def _load_one(pm: pluggy.PluginManager, name: str, eps: Sequence[metadata.EntryP
                               "remove the default", label)
     info = PluginInfo(
         name=name,
-        distribution=meta["Name"] if dist else None,
-        version=meta["Version"] if dist else None,
+        distribution=dist_name,
+        version=dist_version,
         module_file=getattr(inspect.getmodule(plugin), "__file__", None),
     )
     if not mine:

@@ -17,9 +17,8 @@ from __future__ import annotations
 import ast
 import functools
 import re
-from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import List, NamedTuple, Optional, Tuple
 
 
 OWN_FILES = re.compile(r"(^|/)(dflash[^/]*|dspark[^/]*)\.py$|(^|/)dspark_components/")
@@ -35,8 +34,7 @@ _CANDIDATE = re.compile(r"\.(?:%s)\s*\(\s*\)|[\"']%s[\"']" % ("|".join(PREDICATE
 only the files that match are parsed."""
 
 
-@dataclass(frozen=True)
-class DflashSite:
+class DflashSite(NamedTuple):
     """One DFLASH-only decision: where (``file`` relative to ``sglang/srt``,
     ``line``), in which function (``function``: its qualname in the file,
     nested functions included), what it asks (``test``: ``is_dflash_family()``,
@@ -127,8 +125,7 @@ def _test(node: ast.AST) -> Optional[Tuple[str, str]]:
 DECLARED, ANSWERED, REFUSED = "declared", "answered", "refused"
 
 
-@dataclass(frozen=True)
-class Verdict:
+class Verdict(NamedTuple):
     """What a draft-model plugin gets at a site.
 
     ``declared``: the site asks the plugin's :class:`~sglang_spec_plugins.draft_model.DraftModel`

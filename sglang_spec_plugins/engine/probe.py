@@ -12,11 +12,12 @@ import functools
 import importlib
 import importlib.util
 import inspect
-from dataclasses import dataclass
+import sys
 from importlib import metadata
 from pathlib import Path
-from typing import FrozenSet, Optional, Tuple
+from typing import FrozenSet, NamedTuple, Optional, Tuple
 
+from ..dist_metadata import fields
 from .source_text import function_in_file, method_in_file, note
 
 WIDTH_HOOK_NAMES = (
@@ -42,8 +43,7 @@ DUMMY_RUN_LOCATIONS = (
 """Where the dummy (warm-up) forward decides its width, newest first."""
 
 
-@dataclass(frozen=True)
-class EngineProbe:
+class EngineProbe(NamedTuple):
     """The installed SGLang, as the loader sees it.
 
     ``version`` is None when SGLang is not installed (then every feature is
@@ -168,10 +168,29 @@ def locate(locations) -> Optional[str]:
     return next((f"{m}:{q}" for m, q in locations if method_source(m, q) is not None), None)
 
 
+def _runner_locations() -> Tuple[Optional[str], Optional[str]]:
+    """:func:`locate` of :data:`GRAPH_RUNNER_LOCATIONS` and of :data:`DUMMY_RUN_LOCATIONS`,
+    kept between processes (:func:`.source_cache.cached_reading`: keyed by SGLang's
+    folders and this module's and the cutting module's files, checked against the
+    files read and looked for)."""
+    from . import source_text
+    from .source_cache import cached_reading
+
+    folders = list(importlib.util.find_spec("sglang").submodule_search_locations or ())
+    return cached_reading("runner-locations", folders, [sys.modules[__name__], source_text],
+                          lambda: (locate(GRAPH_RUNNER_LOCATIONS), locate(DUMMY_RUN_LOCATIONS)), list, _locations)
+
+
+def _locations(data) -> Tuple[Optional[str], Optional[str]]:
+    if not (isinstance(data, list) and len(data) == 2 and all(d is None or isinstance(d, str) for d in data)):
+        raise ValueError(f"not two locations: {data!r}")
+    return data[0], data[1]
+
+
 def installed_version() -> Optional[str]:
     """The installed SGLang release, read from its metadata without importing it."""
     try:
-        return metadata.version("sglang")
+        return fields(metadata.distribution("sglang"), "Version")[0]
     except metadata.PackageNotFoundError:
         return None
 
@@ -188,8 +207,7 @@ def probe() -> EngineProbe:
             return EngineProbe(version=version, plugin_framework=plugin_framework)  # too old: import nothing
         spec_info = importlib.import_module("sglang.srt.speculative.spec_info")
         registry = importlib.import_module("sglang.srt.speculative.spec_registry")
-        graph_runner = locate(GRAPH_RUNNER_LOCATIONS)
-        dummy_run = locate(DUMMY_RUN_LOCATIONS)
+        graph_runner, dummy_run = _runner_locations()
     except Exception as exc:  # a broken install must show up in doctor, not crash it
         return EngineProbe(version=version, import_error=f"{type(exc).__name__}: {exc}")
 

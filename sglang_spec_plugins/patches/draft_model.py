@@ -30,6 +30,7 @@ from typing import Any, Optional, Tuple
 
 from ..engine.algorithm import draft_model_of
 from ..engine.dflash_sites import DECLARED, VERDICTS, dflash_sites, verdict
+from ..engine.dflash_sites import Verdict as SiteVerdict
 from ..engine.probe import source_file
 from .source_edit import Edit
 from .unit import FunctionPatch, Plan, Target, Verdict
@@ -133,7 +134,7 @@ class SitePatch(DraftModelPatch):
 def _declared(key: Tuple[str, str]):
     """The declared verdicts ``VERDICTS[key]`` holds."""
     found = VERDICTS[key]
-    return [judged for judged in ([found] if not isinstance(found, tuple) else [j for _, j in found])
+    return [judged for judged in ([found] if isinstance(found, SiteVerdict) else [j for _, j in found])
             if judged.kind == DECLARED]
 
 

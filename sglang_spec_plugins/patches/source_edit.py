@@ -13,7 +13,9 @@ an edit gives one of three states:
 
 :func:`rebuild` compiles the edited source with the function's own module
 globals, its original file name and line numbers (tracebacks point at the
-real file), and a ``__class__`` cell so zero-argument ``super()`` still works.
+real file), and a ``__class__`` cell so zero-argument ``super()`` still works;
+the compiled code of the same edited text is kept between processes
+(:mod:`.code_cache`).
 """
 
 from __future__ import annotations
@@ -24,14 +26,13 @@ import functools
 import inspect
 import textwrap
 import types
-from dataclasses import dataclass
-from typing import Callable, Sequence, Tuple
+from typing import Callable, NamedTuple, Sequence, Tuple
 
 from ..engine.source_text import function_source
+from .code_cache import compiled
 
 
-@dataclass(frozen=True)
-class Edit:
+class Edit(NamedTuple):
     """Replace the statement line ``old`` with ``new`` (both without indentation):
     the one such line, or with ``every`` each of them (at least one)."""
 
@@ -78,22 +79,28 @@ def rebuild(func: types.FunctionType, owner: type, edits: Sequence[Edit]) -> typ
     padded = "\n" * (func.__code__.co_firstlineno - 1) + "".join(lines)
     futures = sum(f.compiler_flag for f in map(functools.partial(getattr, __future__), __future__.all_feature_names)
                   if func.__code__.co_flags & f.compiler_flag)
+    filename = func.__code__.co_filename
     namespace: dict = {}
     if "__class__" not in func.__code__.co_freevars:  # compiled from its text (half the time of a tree's round trip)
         if not lines[0].startswith("def "):
             raise ValueError(f"{func.__qualname__}: only undecorated plain functions can be rebuilt")
-        exec(compile(padded, func.__code__.co_filename, "exec", flags=futures, dont_inherit=True), func.__globals__, namespace)
+        code = compiled(padded, ["function", filename, futures], __file__,
+                        lambda: compile(padded, filename, "exec", flags=futures, dont_inherit=True))
+        exec(code, func.__globals__, namespace)
         new = namespace[func.__name__]
     else:  # zero-argument super(): defined inside a factory that gives it the __class__ cell
-        new = _with_class_cell(func, owner, ast.parse(padded), futures)
+        code = compiled(padded, ["factory", filename, futures], __file__,
+                        lambda: _factory_code(func, ast.parse(padded), futures))
+        exec(code, func.__globals__, namespace)
+        new = namespace["_factory"](owner)
     new.__qualname__ = func.__qualname__
     new.__doc__ = func.__doc__
     new.__dict__.update(func.__dict__)
     return new
 
 
-def _with_class_cell(func: types.FunctionType, owner: type, tree: ast.Module, futures: int) -> types.FunctionType:
-    """The function ``tree`` defines, compiled inside a factory taking ``__class__`` and called with ``owner``."""
+def _factory_code(func: types.FunctionType, tree: ast.Module, futures: int) -> types.CodeType:
+    """A module defining ``_factory(__class__)``, which defines the function ``tree`` defines and returns it."""
     node = tree.body[0]
     if not isinstance(node, ast.FunctionDef) or node.decorator_list:
         raise ValueError(f"{func.__qualname__}: only undecorated plain functions can be rebuilt")
@@ -108,8 +115,5 @@ def _with_class_cell(func: types.FunctionType, owner: type, tree: ast.Module, fu
     )
     for new_node in (factory, *factory.args.args, factory.body[1], factory.body[1].value):
         ast.copy_location(new_node, node)
-    namespace: dict = {}
-    code = compile(ast.Module(body=[factory], type_ignores=[]), func.__code__.co_filename, "exec", flags=futures,
+    return compile(ast.Module(body=[factory], type_ignores=[]), func.__code__.co_filename, "exec", flags=futures,
                    dont_inherit=True)
-    exec(code, func.__globals__, namespace)
-    return namespace["_factory"](owner)

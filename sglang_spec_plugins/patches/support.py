@@ -7,9 +7,8 @@ Each backend module answers for its own backends next to its patches (a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import Enum
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 from ..engine.probe import installed_version
 from .unit import MethodPatch, Verdict
@@ -26,8 +25,7 @@ class Serving(str, Enum):
         return self.value
 
 
-@dataclass(frozen=True)
-class Support:
+class Support(NamedTuple):
     """A backend's :class:`Serving` verdict for one plugin verify, with the reason."""
 
     verdict: Serving

@@ -20,7 +20,7 @@ from __future__ import annotations
 import types
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ..engine.probe import member_of, method_source, resolve_method
 from ..errors import EngineError
@@ -40,8 +40,7 @@ class Verdict(str, Enum):
         return self.value
 
 
-@dataclass(frozen=True)
-class Target:
+class Target(NamedTuple):
     """``module:Class.method``, or ``module:function`` for a top-level function."""
 
     module: str

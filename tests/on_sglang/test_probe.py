@@ -39,3 +39,21 @@ def test_absent_methods_are_absent():
     assert method_source("sglang.srt.model_executor.no_such_module", "Runner.__init__") is None
     assert method_source("sglang.srt.model_executor.model_runner", "ModelRunner.no_such_method") is None
     assert method_source("sglang.srt.model_executor.model_runner", "NoSuchClass.__init__") is None
+
+
+def test_the_runner_locations_are_kept_between_processes(monkeypatch, tmp_path):
+    """A later probe takes the graph runner's and dummy run's locations an earlier one read (the same);
+    a kept entry of another shape is read again."""
+    from sglang_spec_plugins.engine import probe as probe_module
+    from sglang_spec_plugins.engine.source_cache import CACHE_ENV
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    read = probe_module._runner_locations()
+    assert read == (probe().graph_runner, probe().dummy_run) and None not in read
+    real = probe_module.locate
+    monkeypatch.setattr(probe_module, "locate", lambda locations: (_ for _ in ()).throw(AssertionError("kept")))
+    assert probe_module._runner_locations() == read
+    (entry,) = (tmp_path / "cache").glob("runner-locations-*.json")
+    entry.write_text(entry.read_text().replace('"value": [', '"value": [null, '))
+    monkeypatch.setattr(probe_module, "locate", real)
+    assert probe_module._runner_locations() == read
