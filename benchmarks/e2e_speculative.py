@@ -635,7 +635,8 @@ def together_main(args) -> int:
     group = Group(labels, out, time.time() + args.deadline)
     up = group.start(labels)
     rounds = group.rounds(up, args.rounds, args.cell_seconds)
-    profiled = [label for label in up if not args.profile_only or label in args.profile_only.split(",")]
+    only = args.profile_only.split(",") if args.profile_only else up
+    profiled = [label for label in up if label in only]
     profiles = group.profile(profiled) if args.profile else {}
     group.stop()
     with open(out / RESULTS, "a") as f:
@@ -761,9 +762,9 @@ def switch_table(results: List[Dict[str, Any]]) -> str:
     turn with another width every step (``cycle1_ndt8``) and every 16 steps (``cycle16_ndt8``), the same mix
     of widths with 16 times fewer switches; their committed tokens per verify step, and the ratio of their
     seconds per verify step (each cell's seconds over its verify steps, the prefill's share in both)."""
-    r, committed, seconds = (cells(results, key) for key in ("tokens_per_s", "committed_per_verify", "seconds"))
+    r, committed, seconds, tokens = (cells(results, key) for key in ("tokens_per_s", "committed_per_verify", "seconds",
+                                                                     "tokens"))
     every, runs = "cycle1_ndt8", "cycle16_ndt8"
-    tokens = cells(results, "tokens")
     head = ["batch", "acceptance", "every step", "every 16 steps", "committed/verify: every, 16",
             "seconds/verify ÷", "bar"]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]

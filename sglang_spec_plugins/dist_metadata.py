@@ -16,6 +16,7 @@ from __future__ import annotations
 from importlib import metadata
 from typing import Optional, Tuple
 
+
 def fields(dist: metadata.Distribution, *names: str) -> Tuple[Optional[str], ...]:
     """``dist.metadata[name]`` for each of ``names`` (None where absent)."""
     text = dist.read_text("METADATA") or dist.read_text("PKG-INFO")
