@@ -761,24 +761,47 @@ def switch_table(results: List[Dict[str, Any]]) -> str:
     """What a switch of width costs: per (batch, acceptance), tokens/s of the engine taking widths 4 and 8 in
     turn with another width every step (``cycle1_ndt8``) and every 16 steps (``cycle16_ndt8``), the same mix
     of widths with 16 times fewer switches; their committed tokens per verify step, and the ratio of their
-    seconds per verify step (each cell's seconds over its verify steps, the prefill's share in both)."""
-    r, committed, seconds, tokens = (cells(results, key) for key in ("tokens_per_s", "committed_per_verify", "seconds",
-                                                                     "tokens"))
+    seconds per verify step (each cell's seconds over its verify steps, the prefill's share in both): of the
+    median rounds (the bar's) and of each engine's fastest round of the cell (what host noise, which only
+    slows a step, leaves least of)."""
+    by_label = {r["label"]: r for r in results if r.get("ok")}
     every, runs = "cycle1_ndt8", "cycle16_ndt8"
     head = ["batch", "acceptance", "every step", "every 16 steps", "committed/verify: every, 16",
-            "seconds/verify ÷", "bar"]
+            "seconds/verify ÷", "fastest rounds ÷", "bar"]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    if every not in by_label or runs not in by_label:
+        return "\n".join(rows)
+    median = [{(c["batch"], c["acceptance"]): c for c in by_label[x]["cells"]} for x in (every, runs)]
+    fastest = [fastest_cells(by_label[x]) for x in (every, runs)]
     for a in ACCEPTANCES:
         for b in BATCHES:
             key = (b, a)
-            if key not in r.get(every, {}) or key not in r.get(runs, {}):
+            if key not in median[0] or key not in median[1]:
                 continue
-            per_step = [seconds[x][key] * committed[x][key] / (tokens[x][key] - b) for x in (every, runs)]
-            ratio = per_step[0] / per_step[1]
-            rows.append("| " + " | ".join([str(b), f"{a}", f"{r[every][key]:.0f}", f"{r[runs][key]:.0f}",
-                                           f"{committed[every][key]:.2f}, {committed[runs][key]:.2f}", f"{ratio:.3f}",
-                                           "met" if ratio <= SWITCH_BAR else "missed"]) + " |")
+            mine, theirs = median[0][key], median[1][key]
+            ratio = _per_verify(mine) / _per_verify(theirs)
+            fast = _per_verify(fastest[0][key]) / _per_verify(fastest[1][key])
+            rows.append("| " + " | ".join([str(b), f"{a}", f"{mine['tokens_per_s']:.0f}", f"{theirs['tokens_per_s']:.0f}",
+                                           f"{mine['committed_per_verify']:.2f}, {theirs['committed_per_verify']:.2f}",
+                                           f"{ratio:.3f}", f"{fast:.3f}", "met" if ratio <= SWITCH_BAR else "missed"]) + " |")
     return "\n".join(rows)
+
+
+def _per_verify(cell: Dict[str, Any]) -> float:
+    """A cell's seconds per verify step: its seconds over ``(tokens - batch) / committed per verify`` steps."""
+    return cell["seconds"] * cell["committed_per_verify"] / (cell["tokens"] - cell["batch"])
+
+
+def fastest_cells(record: Dict[str, Any]) -> Dict[tuple, Dict[str, Any]]:
+    """``{(batch, acceptance): cell}`` of the round with the most tokens/s in each cell (a record without
+    rounds: its cells)."""
+    fastest: Dict[tuple, Dict[str, Any]] = {}
+    for cells_of_round in record.get("rounds") or [record["cells"]]:
+        for c in cells_of_round:
+            key = (c["batch"], c["acceptance"])
+            if key not in fastest or c["tokens_per_s"] > fastest[key]["tokens_per_s"]:
+                fastest[key] = c
+    return fastest
 
 
 DRAFT_BAR = 0.97

@@ -50,16 +50,26 @@ class HostTimer:
 
 
 class DeviceTimer:
-    """Marks that are events on the current CUDA stream: setting one, or keeping a
-    count for later, never waits for the GPU; reading waits for the later mark."""
+    """Marks that are events on the current CUDA stream of ``device`` (an index,
+    or None: the current device when the timer is made): setting one, or keeping
+    a count for later, never waits for the GPU; reading waits for the later mark.
+    The stream is asked of ``device`` by index, which skips torch's search for
+    the current device at each mark; a count's host buffer and event are reused
+    once it has been read."""
 
-    def mark(self) -> Any:
+    def __init__(self, device: Optional[int] = None):
         import torch
 
-        if torch.cuda.is_current_stream_capturing():  # no event may join a graph being captured
+        self._cuda = torch.cuda
+        self._device = torch.cuda.current_device() if device is None else device
+        self._free: List[Tuple[Any, Any]] = []  # (pinned host buffer, event) of counts already read
+
+    def mark(self) -> Any:
+        cuda = self._cuda
+        if cuda.is_current_stream_capturing():  # no event may join a graph being captured
             return None
-        event = torch.cuda.Event(enable_timing=True)
-        event.record()
+        event = cuda.Event(enable_timing=True)
+        event.record(cuda.current_stream(self._device))
         return event
 
     def seconds(self, first: Any, last: Any) -> Optional[float]:
@@ -76,28 +86,38 @@ class DeviceTimer:
 
         if not isinstance(count, torch.Tensor) or count.device.type != "cuda":
             return int(count)
-        return _Copied(count)
+        host, copied = self._free.pop() if self._free else (None, self._cuda.Event())
+        if host is None or host.shape != count.shape or host.dtype != count.dtype:
+            host = torch.empty(count.shape, dtype=count.dtype, pin_memory=True)
+        host.copy_(count, non_blocking=True)
+        copied.record(self._cuda.current_stream(self._device))
+        return _Copied(host, copied, self._free)
 
 
 class _Copied:
-    """A CUDA tensor's value copied to the host without waiting; ``int`` waits for the copy alone."""
+    """A count on its way to the host: ``int`` waits for its copy alone, then
+    hands the buffer and event back to the timer's free list."""
 
-    def __init__(self, count: Any):
-        import torch
+    __slots__ = ("_host", "_copied", "_free", "_value")
 
-        self._host = torch.empty(count.shape, dtype=count.dtype, pin_memory=True)
-        self._host.copy_(count, non_blocking=True)
-        self._copied = torch.cuda.Event()
-        self._copied.record()
+    def __init__(self, host: Any, copied: Any, free: List[Tuple[Any, Any]]):
+        self._host, self._copied, self._free, self._value = host, copied, free, None
 
     def __int__(self) -> int:
-        self._copied.synchronize()
-        return int(self._host)
+        if self._value is None:
+            self._copied.synchronize()
+            self._value = int(self._host)
+            self._free.append((self._host, self._copied))
+        return self._value
 
 
 def timer_for(device: Any) -> Any:
     """The timer of a model runner on ``device``: :class:`DeviceTimer` on a CUDA device, else a host clock."""
-    return DeviceTimer() if str(device).startswith("cuda") else HostTimer()
+    if not str(device).startswith("cuda"):
+        return HostTimer()
+    import torch
+
+    return DeviceTimer(torch.device(device).index)
 
 
 class StepClock:

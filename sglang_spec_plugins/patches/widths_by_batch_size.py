@@ -53,7 +53,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ..engine.algorithm import policy_of
 from ..errors import EngineError
-from ..widths_by_batch_size import WidthsByBatchSize, graph_size, graph_sizes
+from ..widths_by_batch_size import WidthsByBatchSize, graph_sizes, padded_size
 from . import aiter
 from .unit import Target, Verdict, WrapPatch
 from .verify_batch import batch_width
@@ -86,6 +86,14 @@ class _Widths:
         self.places = per_size_state(runner) if buckets.chooses else ()
         self.outside = [vars(owner).get(name, _ABSENT) for owner, name in self.places]  # before any capture
         self.stores: Dict[int, List[Any]] = {}
+        self._sizes_at: Dict[int, Tuple[int, ...]] = {}
+
+    def sizes_at(self, width: int) -> Tuple[int, ...]:
+        """The captured sizes with a graph at ``width`` (:func:`graph_sizes`, kept per width: asked every step)."""
+        sizes = self._sizes_at.get(width)
+        if sizes is None:
+            sizes = self._sizes_at[width] = graph_sizes(self.buckets, width, self.sizes)
+        return sizes
 
     def enter(self, width: int) -> List[Any]:
         """Put ``width``'s per-size state in place; return what was there."""
@@ -183,7 +191,7 @@ def at_width(runner, width: int, sizes: Optional[Tuple[int, ...]] = None):
     attr = width_attribute(runner)
     saved = getattr(runner, attr), runner.capture_bs
     setattr(runner, attr, width)
-    runner.capture_bs = list(graph_sizes(state.buckets, width, state.sizes) if sizes is None else sizes)
+    runner.capture_bs = list(state.sizes_at(width) if sizes is None else sizes)
     stores = state.enter(width)
     try:
         yield
@@ -266,7 +274,7 @@ def _can_run(runner, buckets, forward_batch, *_):
     width = _width(runner, forward_batch)
     if width is None:
         return None
-    size = graph_size(buckets, forward_batch.batch_size, width, captured_sizes(runner))
+    size = padded_size(forward_batch.batch_size, _state(runner).sizes_at(width))
     if size is None or (getattr(runner, "disable_padding", False) and size != forward_batch.batch_size):
         return False  # no graph captured at this width holds the batch: eager
     return width
