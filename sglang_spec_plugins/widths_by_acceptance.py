@@ -243,14 +243,16 @@ class WidthsByAcceptance:
         return new
 
     def describe(self) -> str:
-        """One line of every slot's state, for the log."""
+        """One line of every slot's state, for the log: its width, candidates, committed tokens and
+        acceptance, and the seconds per step of each width it counts as measured."""
         parts = []
         for bound, s in zip(self.table.bounds, self._slots):
             if s is None:
                 continue
-            time = s.times.get(s.width, (None, 0))[0]
+            timed = self._timed(s)  # every width it counts as measured: what its next decision compares
+            times = ", ".join(f"{w}: {t * 1e3:.2f}" for w, t in sorted(timed.items()))
             parts.append(f"{bound}+ requests: width {s.width} of {list(s.candidates)} (committed {s.committed:.2f} per "
-                         f"request, acceptance {s.acceptance:.2f}" + (f", {time * 1e3:.2f} ms per step)" if time else ")"))
+                         f"request, acceptance {s.acceptance:.2f}" + (f", ms per step at width {times})" if times else ")"))
         return "; ".join(parts) or "no step yet"
 
     # -- the rule ---------------------------------------------------------

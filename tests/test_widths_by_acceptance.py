@@ -197,6 +197,14 @@ def test_a_step_at_another_width_informs_the_slot_s_own():
     assert "acceptance 0.80" in c.describe()
 
 
+def test_the_log_line_shows_the_time_of_every_width_the_next_decision_compares():
+    c = WidthsByAcceptance(TABLE, AcceptanceSettings(warmup_steps=0, interval_steps=1, ema_weight=1.0, explore=0.0))
+    c.observe(0, 4, 25, 10)
+    c.decide(0, {4: 0.010, 8: 0.0125})
+    assert "1+ requests: width 4 of [1, 2, 4, 8, 16] (committed 2.50 per request, acceptance " in c.describe()
+    assert c.describe().endswith("ms per step at width 4: 10.00, 8: 12.50)")
+
+
 def test_an_info_line_every_log_every_switches_and_none_when_quiet(caplog):
     caplog.set_level(logging.INFO, "sglang_spec_plugins")
     loud = WidthsByAcceptance(TABLE, AcceptanceSettings(warmup_steps=0, interval_steps=1, log_every=2), "ALGO")
