@@ -335,3 +335,30 @@ def test_trace_summary_counts_gpu_busy_time_and_the_host_s_waits(tmp_path):
     assert summary["kernels"] == 2 and summary["graph_launches"] == 1
     assert summary["waits"] == {"cudaStreamSynchronize": [1, 0.24]}
     assert summary["cpu_ops_ms"] == {"aten::nonzero": [1, 0.26]}
+
+
+def test_the_closed_batch_model_and_its_committed_figures():
+    """benchmarks/closed_batch.py: a step commits the bonus token and the run of kept drafts (all at alpha 1,
+    none at 0), a closed batch lasts as long as its slowest request, and the README's figures are its result's."""
+    import importlib.util
+    import random
+
+    spec = importlib.util.spec_from_file_location("closed_batch", ROOT / "benchmarks" / "closed_batch.py")
+    cb = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cb)
+    rng = random.Random(0)
+    assert {cb.committed(rng, 8, 1.0) for _ in range(20)} == {8} and {cb.committed(rng, 8, 0.0) for _ in range(20)} == {1}
+    assert cb.closed_batch(8, 1.0, 4, 0.01, 0.5, 0) == {"seconds": pytest.approx(16 * 0.01), "steps": 16, "mean_steps": 16}
+    drained = cb.closed_batch(8, 0.9, 128, 0.01, 1.0, 0)
+    assert drained["steps"] > drained["mean_steps"]  # the unluckiest request outlasts the mean one
+    assert cb.logged_step_ms("x 32+ requests: width 8 of [1, 2, 4, 8] (committed 3.27 per request, acceptance 0.70, "
+                             "12.14 ms per step); 64+ requests: width 2 of [1, 2] (committed 1.5 per request, "
+                             "acceptance 0.5)") == {(32, 8): 12.14}
+    result = json.loads((ROOT / "benchmarks" / "results" / "closed_batch.json").read_text())
+    printed = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "closed_batch.py")], capture_output=True,
+                             text=True, check=True).stdout
+    assert json.loads(printed) == result  # seeded: the committed result is what the committed logs give
+    cell = {(c["batch"], c["acceptance"]): c for c in result["cells"]}[(128, 0.9)]
+    readme = (ROOT / "benchmarks" / "README.md").read_text()
+    assert (f"width 8's steady rate is {cell['by_fixed_share']['0.5']['steady_rate_8_over_4']:.3f}x width 4's"
+            in readme)
