@@ -4,7 +4,10 @@ installs with pip and passes its own tests (the conformance kit) as generated.
 The package: ``pyproject.toml`` (the entry point in the group
 ``sglang_spec_plugins``, the kit turned on for pytest), ``<module>/plugin.py``
 (the hooks), ``<module>/worker.py`` (the worker SGLang instantiates),
-``tests/test_plugin.py`` and a README saying what the author supplies. With
+``tests/test_plugin.py`` and a README saying what the author supplies. The
+worker is built on ``chain_worker_base()`` with a small real drafter (what
+followed the latest earlier occurrence of the last token), so the package
+serves token-identically to plain greedy decoding as generated. With
 ``--draft-model`` the drafter has a draft model of its own (a DFlash-layout
 checkpoint from ``--speculative-draft-model-path``): the plugin declares a
 ``DraftModel``, its draft runner drafts a block and may verify, the target
@@ -73,12 +76,21 @@ def _worker_factory(server_args):
     return Worker
 
 
+def _validate(server_args):
+    """Run while SGLang resolves its arguments, before any weight loads: the chain worker's release
+    check (SGLang 0.5.14+). Raise ValueError here for settings or arguments the drafter refuses."""
+    from sglang_spec_plugins.worker import require_chain_release  # the worker API: imported only when it runs
+
+    require_chain_release(ALGORITHM)
+
+
 @hookimpl
 def sgl_spec_algorithms():
     # supports_overlap=False: the worker runs synchronously, and the operator passes
-    # --disable-overlap-schedule (SGLang refuses to start it otherwise). Set it to True
-    # once forward_batch_generation takes part in overlap scheduling (on_publish).
-    return [AlgorithmSpec(name=ALGORITHM, worker_factory=_worker_factory, supports_overlap=False)]
+    # --disable-overlap-schedule (SGLang refuses to start it otherwise).
+    # has_draft_kv=False: no draft model, so no draft KV to size or transfer.
+    return [AlgorithmSpec(name=ALGORITHM, worker_factory=_worker_factory, supports_overlap=False,
+                          validate_server_args=_validate, capabilities={{"has_draft_kv": False}})]
 
 
 @hookimpl
@@ -201,41 +213,42 @@ class Worker(draft_model_worker_base()):
         raise NotImplementedError("{algorithm}: supply the drafter here")
 '''
 
+
 WORKER = '''\
 """The worker SGLang instantiates for {algorithm} (this module imports SGLang).
 
-worker_base() is SGLang's own BaseSpecWorker with a constructor that fits
-every release 0.5.12-0.5.23; it keeps ``self.server_args`` and
-``self.target_worker`` (the target model's TpModelWorker).
+chain_worker_base() (sglang_spec_plugins.worker) is the whole greedy decode step of a model-free
+chain drafter, on every release 0.5.14+: each decode step it asks ``drafts`` for each request's
+drafts, runs the target's TARGET_VERIFY forward over ``[last token, drafts...]`` at the step's
+width, and commits the longest prefix of drafts the target agrees with plus the target's own next
+token. Outputs are plain greedy decoding's whatever the drafts are; good drafts commit more tokens
+per step. Requests greedy verification cannot serve exactly (temperature > 0, penalties, logprobs,
+grammars, ...) are refused one by one at their prefill.
 
-A worker that really drafts, verifies and accepts, served by a real SGLang
-engine on an H200 with outputs equal to plain greedy decoding: the
-prompt-lookup example, ``examples/prompt_lookup_drafter/prompt_lookup_drafter/worker.py``
-in the sglang-spec-plugins repository. Start from it.
+What you replace is ``drafts``. You may also replace ``step_width(batch)`` (the step's width; the
+framework's by default), ``verified(batch, drafts, predicted, accept_lens)`` (called after each
+verify, for a drafter that learns from the target) and ``refusal(req)``. ``self.policy.settings``
+is this algorithm's plugins.toml table; ``self.widths`` its widths (StepWidths).
 """
 
-from sglang_spec_plugins.worker import StepWidths, worker_base
+from typing import List
+
+from sglang_spec_plugins.worker import chain_worker_base
 
 
-class Worker(worker_base()):
-    def __init__(self, server_args, target_worker, **release_kwargs):
-        super().__init__(server_args, target_worker, **release_kwargs)
-        # Each decode step's verify width: the plugin's one width, or widths by batch size
-        # (sgl_spec_widths_by_batch_size, or plugins.toml's widths_by_batch_size). Every request
-        # of a step verifies the step's width; carry rows of self.widths.maximum between steps.
-        self.widths = StepWidths(self.target_worker.model_runner)
+class Worker(chain_worker_base()):
+    def drafts(self, req, tokens: List[int], count: int) -> List[int]:
+        """``count`` draft tokens to follow ``tokens`` (the request's prompt and output so far).
 
-    def forward_batch_generation(self, batch, **kwargs):
-        """One scheduler step: draft, run the target's TARGET_VERIFY forward at
-        the step's width, accept, and return SGLang's GenerationBatchResult
-        (see docs/reference/worker-contract.md in the sglang-spec-plugins
-        repository, and the prompt-lookup example's worker, which does all of
-        this). A decode step asks its width first, before drafting, and hands
-        back what it committed:
-            width = self.widths.at(len(batch.reqs))
-            ...
-            self.widths.record(accept_lens)  # for plugins.toml's widths_by_acceptance"""
-        raise NotImplementedError("{algorithm}: supply the drafter here")
+        THE DRAFTER: replace this with yours. As generated it drafts what followed the latest earlier
+        occurrence of the last token, read on as if the draft were appended (a repeating stretch keeps
+        repeating), else the last token repeated."""
+        last, known = tokens[-1], len(tokens)
+        for start in range(known - 2, -1, -1):
+            if tokens[start] == last:
+                period = known - 1 - start
+                return [tokens[start + 1 + k % period] for k in range(count)]
+        return [last] * count
 '''
 
 TESTS = '''\
@@ -261,11 +274,13 @@ it has no PyPI release yet)
 
 ## What you supply
 
-- `{module}/worker.py`: the worker SGLang instantiates. `forward_batch_generation(batch, **kwargs)`
-  drafts, runs the target's TARGET_VERIFY forward and accepts; the model it drafts with is loaded
-  from `self.server_args` (`speculative_draft_model_path`) in `__init__`.
-- `{module}/plugin.py`: the verify width (`sgl_spec_verify_width`), its maximum, whether the draft
-  worker verifies, `supports_overlap`, and an optional `validate_server_args`.
+- `{module}/worker.py`: the worker SGLang instantiates, built on `chain_worker_base()`, which drafts,
+  verifies and accepts every decode step; outputs are plain greedy decoding's whatever the drafts.
+  `drafts(req, tokens, count)` is the drafter: as generated, it drafts what followed the latest
+  earlier occurrence of the last token. Replace it with yours (and, optionally, `step_width`,
+  `verified`, `refusal`).
+- `{module}/plugin.py`: the verify width (`sgl_spec_verify_width`), its maximum, widths by batch
+  size, `supports_overlap`, and `validate_server_args` (the chain worker's release check, SGLang 0.5.14+).
 
 ## Try it
 

@@ -4,9 +4,10 @@ their own pytest suites (which turn the conformance kit on).
 
 * ``fresh``: a new venv with only this package (built from the tree), pytest
   and what they need: the kit's CPU checks run, its SGLang checks skip.
-* ``with_sglang``: a new venv that also sees the development environment's
-  site-packages (SGLang 0.5.23 on the CPU harness) through a ``.pth`` file:
-  every check runs, SGLang's included.
+* ``with_sglang``: a new venv that also sees this tree's package and the
+  development environment's site-packages (SGLang 0.5.23 on the CPU harness)
+  through a ``.pth`` file: every check runs, SGLang's included, and the
+  generated worker is served by SGLang's real scheduler.
 
 The template test prints the time from ``new`` to a passing suite.
 """
@@ -24,8 +25,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = {"prompt_lookup_drafter": "prompt_lookup", "sbd_drafter": "sbd", "dflash_block_drafter": "dflash_block",
             "controlled_acceptance_drafter": "controlled_acceptance"}
-"""In the order pip is given them: PROMPT_LOOKUP first, as two others build on its worker (pip resolves
-their requirement on it to the local folder only when that comes before them: seen with the fresh venv's bundled pip)."""
+"""In the order pip is given them: PROMPT_LOOKUP first, as CONTROLLED_ACCEPTANCE builds on its worker (pip resolves
+its requirement on it to the local folder only when that comes before it: seen with the fresh venv's bundled pip)."""
 
 
 def run(*cmd, cwd=None, timeout=600):
@@ -68,7 +69,8 @@ def with_sglang(tmp_path_factory):
     venv = tmp_path_factory.mktemp("with_sglang") / "venv"
     run(sys.executable, "-m", "venv", "--without-pip", venv)
     site = Path(run(venv / "bin" / "python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").strip())
-    (site / "_dev_environment.pth").write_text(f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
+    # this tree first: the development environment's sglang_spec_plugins may be another checkout's
+    (site / "_dev_environment.pth").write_text(f"{ROOT}\nimport site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
     return venv
 
 
@@ -120,6 +122,43 @@ def test_template_and_examples_pass_every_check_with_sglang(with_sglang, tmp_pat
         for section in ("registry", "start", "worker"):
             assert f"sglang_{section} PASSED" in out, out
         assert "FAILED" not in out, out
+
+
+def test_the_template_serves_through_sglangs_scheduler_as_plain_greedy_decoding(with_sglang, tmp_path):
+    """The worker ``new`` writes, pip-installed as generated, served by SGLang's real scheduler on the
+    CPU harness (``testing.scheduler_serve``, three greedy requests, width 4): every request's tokens are
+    plain greedy decoding's by the same scheduler, every request takes verify steps, and the repetitive
+    one commits more than one token per step, so its drafts are accepted (a worker that raised serves
+    nothing; one that drafted the wrong tokens or committed wrongly fails the counts or the tokens)."""
+    from sglang_spec_plugins.testing.checks import sglang_importable
+
+    if not sglang_importable():
+        pytest.skip("the development environment has no SGLang")
+    from sglang_spec_plugins.engine.worker_contract import contract
+    from sglang_spec_plugins.testing.scheduler_serve import serve_in_a_process
+
+    if contract().non_overlap_schema != "v2-sync":
+        pytest.skip(f"the generated worker refuses SGLang {contract().release} by design (0.5.14+)")
+    python = with_sglang / "bin" / "python"
+    run(python, "-m", "sglang_spec_plugins", "new", "my_drafter", "--dir", tmp_path)
+    run(sys.executable, "-m", "pip", "--python", python, "install", "-q", "--no-deps", tmp_path / "my_drafter")
+    config = tmp_path / "plugins.toml"
+    config.write_text('[plugins]\nenable = ["my_drafter"]\n')
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SGLANG_SPEC_PLUGINS_CONFIG", "VIRTUAL_ENV")}
+    new_tokens = 16
+    plain, served = (serve_in_a_process(algorithm, config, ndt=4, max_new_tokens=new_tokens, python=python, env=env)
+                     for algorithm in (None, "MY_DRAFTER"))
+    assert plain["served"] and served["served"], (plain, served)
+    assert {rid: r["output_ids"] for rid, r in served["requests"].items()} == \
+        {rid: r["output_ids"] for rid, r in plain["requests"].items()}
+    for request in served["requests"].values():
+        assert request["completion_tokens"] == new_tokens and 0 < request["spec_verify_ct"] < new_tokens, request
+    assert {width for _, width in served["verify_steps"]} == {4}, served["verify_steps"]
+    repetitive = served["requests"]["repetitive"]
+    per_step = (repetitive["completion_tokens"] - 1) / repetitive["spec_verify_ct"]
+    print(f"new's worker on SGLang {contract().release}: {per_step:.2f} tokens per verify step (repetitive), "
+          f"{ {rid: r['spec_verify_ct'] for rid, r in served['requests'].items()} } verify steps")
+    assert per_step > 1, repetitive
 
 
 def test_kit_without_sglang_fails_a_factory_that_cannot_import_or_returns_an_instance(fresh, tmp_path):
