@@ -256,9 +256,10 @@ def chain_worker_base() -> type:
     ``self.widths`` (:class:`StepWidths` of the target's runner) and
     ``self.policy`` (:func:`policy_for`: ``.settings``, ``.algorithm``). Its
     plugin makes :func:`require_chain_release` its ``validate_server_args``."""
-    import torch
+    # SGLang first: where it is missing, the ImportError names it (the kit then skips SGLang's checks)
     from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardMode
     from sglang.srt.speculative.dflash_info import DFlashVerifyInput
+    import torch
 
     class ChainSpecWorker(worker_base()):
         def __init__(self, server_args, target_worker, **release_kwargs):
@@ -392,9 +393,10 @@ def draft_block_worker_base() -> type:
     the hidden states that become the prompt's draft KV; requests ``refusal(req)``
     names (:func:`greedy_refusal` by default) are refused there one by one. At
     ``W = B`` it drafts and verifies token for token as SGLang's own DFLASH."""
-    import torch
+    # SGLang first: where it is missing, the ImportError names it (the kit then skips SGLang's checks)
     from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardBatch, ForwardMode
     from sglang.srt.speculative.dflash_info import DFlashVerifyInput
+    import torch
 
     parse_draft_config = sglang_name("parse_dflash_draft_config", "sglang.srt.speculative.dflash_utils")
     fused_kv_helper = sglang_name("FusedKVMaterializeHelper", "sglang.kernels.ops.speculative.fused_kv_materialize",

@@ -164,10 +164,10 @@ def test_the_template_serves_through_sglangs_scheduler_as_plain_greedy_decoding(
     from sglang_spec_plugins.engine.worker_contract import contract
     from sglang_spec_plugins.testing.scheduler_serve import serve_in_a_process
 
-    config, where = _new_served_by(with_sglang, tmp_path, "my_drafter")
+    config, where = _new_served_by(with_sglang, tmp_path, "served_drafter")  # a name of its own: the venv is shared
     new_tokens = 16
     plain, served = (serve_in_a_process(algorithm, config, ndt=4, max_new_tokens=new_tokens, **where)
-                     for algorithm in (None, "MY_DRAFTER"))
+                     for algorithm in (None, "SERVED_DRAFTER"))
     assert plain["served"] and served["served"], (plain, served)
     assert _outputs(served) == _outputs(plain)
     for request in served["requests"].values():
@@ -190,13 +190,13 @@ def test_the_draft_model_template_serves_as_sglangs_own_dflash_through_its_sched
     from sglang_spec_plugins.testing.scheduler_serve import serve_in_a_process
     from sglang_spec_plugins.testing.scheduler_start import TINY_LLAMA
 
-    config, where = _new_served_by(with_sglang, tmp_path, "my_block", "--draft-model")
+    config, where = _new_served_by(with_sglang, tmp_path, "served_block", "--draft-model")
     target = llama_target(tmp_path / "target", TINY_LLAMA, seed=0, shared=0.4, favour=(29, 1.0))
     draft = accepting_draft(tmp_path / "draft", TINY_LLAMA, read_weights(target), 29, block_size=4,
                             target_layer_ids=[0])
     plain, native, served = (serve_in_a_process(algorithm, config, ndt=4, max_new_tokens=16, model=target,
                                                 draft=draft if algorithm else None, **where)
-                             for algorithm in (None, "DFLASH", "MY_BLOCK"))
+                             for algorithm in (None, "DFLASH", "SERVED_BLOCK"))
     assert plain["served"] and native["served"] and served["served"], (plain, native, served)
     assert _outputs(served) == _outputs(plain) == _outputs(native)
     assert served["verify_steps"] == native["verify_steps"] and served["verify_tokens"] == native["verify_tokens"]
