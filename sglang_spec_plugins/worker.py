@@ -1,7 +1,9 @@
 """The API for writing a plugin's worker: the one module drafter authors import.
 
-A plugin's ``worker_factory`` returns a class built on :func:`worker_base`
-(or, for a worker with its own draft model, :func:`draft_model_worker_base`);
+A plugin's ``worker_factory`` returns a class built on :func:`chain_worker_base`
+(a model-free chain drafter: the subclass supplies the drafts) or
+:func:`draft_block_worker_base` (a block drafter with its own draft model),
+or, for a step of its own, :func:`worker_base` (or :func:`draft_model_worker_base`);
 SGLang instantiates it and calls ``forward_batch_generation(batch, **kwargs)``
 every step. Inside the worker:
 
