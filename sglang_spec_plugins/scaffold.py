@@ -4,12 +4,16 @@ installs with pip and passes its own tests (the conformance kit) as generated.
 The package: ``pyproject.toml`` (the entry point in the group
 ``sglang_spec_plugins``, the kit turned on for pytest), ``<module>/plugin.py``
 (the hooks), ``<module>/worker.py`` (the worker SGLang instantiates),
-``tests/test_plugin.py`` and a README saying what the author supplies. With
+``tests/test_plugin.py`` and a README saying what the author supplies. The
+worker is built on ``chain_worker_base()`` with a small real drafter (what
+followed the latest earlier occurrence of the last token), so the package
+serves token-identically to plain greedy decoding as generated. With
 ``--draft-model`` the drafter has a draft model of its own (a DFlash-layout
 checkpoint from ``--speculative-draft-model-path``): the plugin declares a
 ``DraftModel``, its draft runner drafts a block and may verify, the target
 verifies the block's first ``verify_width`` tokens, and the worker is built
-on ``draft_model_worker_base()``.
+on ``draft_block_worker_base()`` with SGLang's DFLASH's greedy drafts, so it
+serves token-identically to plain greedy decoding as generated.
 """
 
 from __future__ import annotations
@@ -73,12 +77,21 @@ def _worker_factory(server_args):
     return Worker
 
 
+def _validate(server_args):
+    """Run while SGLang resolves its arguments, before any weight loads: the chain worker's release
+    check (SGLang 0.5.14+). Raise ValueError here for settings or arguments the drafter refuses."""
+    from sglang_spec_plugins.worker import require_chain_release  # the worker API: imported only when it runs
+
+    require_chain_release(ALGORITHM)
+
+
 @hookimpl
 def sgl_spec_algorithms():
     # supports_overlap=False: the worker runs synchronously, and the operator passes
-    # --disable-overlap-schedule (SGLang refuses to start it otherwise). Set it to True
-    # once forward_batch_generation takes part in overlap scheduling (on_publish).
-    return [AlgorithmSpec(name=ALGORITHM, worker_factory=_worker_factory, supports_overlap=False)]
+    # --disable-overlap-schedule (SGLang refuses to start it otherwise).
+    # has_draft_kv=False: no draft model, so no draft KV to size or transfer.
+    return [AlgorithmSpec(name=ALGORITHM, worker_factory=_worker_factory, supports_overlap=False,
+                          validate_server_args=_validate, capabilities={{"has_draft_kv": False}})]
 
 
 @hookimpl
@@ -142,13 +155,21 @@ def _worker_factory(server_args):
     return Worker
 
 
+def _validate(server_args):
+    """Run while SGLang resolves its arguments, before any weight loads: the block worker's argument
+    check (--tp-size 1). Raise ValueError here for settings or arguments the drafter refuses."""
+    from sglang_spec_plugins.worker import require_block_args  # the worker API: imported only when it runs
+
+    require_block_args(ALGORITHM, server_args)
+
+
 @hookimpl
 def sgl_spec_algorithms():
     # DraftModel(): the target captures the hidden states of the layers the draft config names,
     # the draft KV pool is counted in the target's KV budget, the draft's CUDA graphs take
     # input_embeds (what SGLang gives only its DFLASH family otherwise).
     return [AlgorithmSpec(name=ALGORITHM, worker_factory=_worker_factory, supports_overlap=False,
-                          draft_model=DraftModel())]
+                          validate_server_args=_validate, draft_model=DraftModel())]
 
 
 @hookimpl
@@ -172,70 +193,68 @@ def sgl_spec_draft_may_verify(algorithm, settings):
 DRAFT_MODEL_WORKER = '''\
 """The worker SGLang instantiates for {algorithm} (this module imports SGLang).
 
-draft_model_worker_base() is worker_base() with a draft model: ``self.draft_worker`` and
-``self.draft_runner`` (SGLang's own TpModelWorker / ModelRunner for the checkpoint at
---speculative-draft-model-path; ``self.draft_runner.model`` is SGLang's DFlash draft model,
-``self.draft_runner.token_to_kv_pool`` its KV pool over the target's token ids), and
-``self.forward_target(batch, capture_hidden_mode)``, the target's forward returning the hidden
-states of the layers the draft config names.
+draft_block_worker_base() (sglang_spec_plugins.worker) is the whole greedy decode step of a
+DFLASH-style block drafter, on every release 0.5.14+: each decode step the draft model (the
+DFlash-layout checkpoint at --speculative-draft-model-path, ``self.draft_runner.model``) runs the
+block ``[last token, mask...]`` of ``self.block`` tokens per request in one forward on its own
+runner, ``drafts`` turns its hidden states into the block's drafts, the target verifies the first
+``self.width`` tokens of ``[last token, drafts...]`` and commits the longest prefix of drafts it
+agrees with plus its own next token, and the verified tokens' hidden states become the draft's
+context KV. Outputs are plain greedy decoding's whatever the drafts are; with verify_width the whole
+block and the generated ``drafts``, it drafts token for token as SGLang's own DFLASH.
 
-A worker that drafts a block with its draft model, verifies part of it and accepts, token for
-token what SGLang's own DFLASH does: the block-drafter example,
-``examples/dflash_block_drafter/dflash_block_drafter/worker.py`` in the sglang-spec-plugins
-repository. Start from it.
+What you replace is ``drafts`` (``self.lm_head`` and ``self.embedding`` are the target's), and
+optionally ``refusal(req)``. ``self.policy.settings`` is this algorithm's plugins.toml table.
 """
 
-from sglang_spec_plugins.worker import StepWidths, draft_model_worker_base
+from sglang_spec_plugins.worker import draft_block_worker_base
 
 
-class Worker(draft_model_worker_base()):
-    def __init__(self, server_args, target_worker, **release_kwargs):
-        super().__init__(server_args, target_worker, **release_kwargs)
-        self.block = StepWidths(self.draft_runner).maximum  # tokens the draft runner drafts per request
-        self.width = StepWidths(self.target_worker.model_runner).maximum  # tokens the target verifies
+class Worker(draft_block_worker_base()):
+    def drafts(self, batch, hidden):
+        """The block's drafts, ``(bs, self.block - 1)`` token ids, from the draft model's hidden states
+        at the block's positions after the last token, ``(bs, self.block - 1, hidden_size)``.
 
-    def forward_batch_generation(self, batch, **kwargs):
-        """One scheduler step: the prefill through self.forward_target (its hidden states become
-        the draft's context KV); a decode step drafts a block on self.draft_runner, the target
-        verifies self.width tokens of it, and the step returns sglang_spec_plugins.worker.step_result."""
-        raise NotImplementedError("{algorithm}: supply the drafter here")
+        THE DRAFTER: replace this with yours. As generated: the target's LM head over them, greedy
+        (what SGLang's DFLASH drafts)."""
+        return self.greedy_drafts(hidden)
 '''
 
 WORKER = '''\
 """The worker SGLang instantiates for {algorithm} (this module imports SGLang).
 
-worker_base() is SGLang's own BaseSpecWorker with a constructor that fits
-every release 0.5.12-0.5.23; it keeps ``self.server_args`` and
-``self.target_worker`` (the target model's TpModelWorker).
+chain_worker_base() (sglang_spec_plugins.worker) is the whole greedy decode step of a model-free
+chain drafter, on every release 0.5.14+: each decode step it asks ``drafts`` for each request's
+drafts, runs the target's TARGET_VERIFY forward over ``[last token, drafts...]`` at the step's
+width, and commits the longest prefix of drafts the target agrees with plus the target's own next
+token. Outputs are plain greedy decoding's whatever the drafts are; good drafts commit more tokens
+per step. Requests greedy verification cannot serve exactly (temperature > 0, penalties, logprobs,
+grammars, ...) are refused one by one at their prefill.
 
-A worker that really drafts, verifies and accepts, served by a real SGLang
-engine on an H200 with outputs equal to plain greedy decoding: the
-prompt-lookup example, ``examples/prompt_lookup_drafter/prompt_lookup_drafter/worker.py``
-in the sglang-spec-plugins repository. Start from it.
+What you replace is ``drafts``. You may also replace ``step_width(batch)`` (the step's width; the
+framework's by default), ``verified(batch, drafts, predicted, accept_lens)`` (called after each
+verify, for a drafter that learns from the target) and ``refusal(req)``. ``self.policy.settings``
+is this algorithm's plugins.toml table; ``self.widths`` its widths (StepWidths).
 """
 
-from sglang_spec_plugins.worker import StepWidths, worker_base
+from typing import List
+
+from sglang_spec_plugins.worker import chain_worker_base
 
 
-class Worker(worker_base()):
-    def __init__(self, server_args, target_worker, **release_kwargs):
-        super().__init__(server_args, target_worker, **release_kwargs)
-        # Each decode step's verify width: the plugin's one width, or widths by batch size
-        # (sgl_spec_widths_by_batch_size, or plugins.toml's widths_by_batch_size). Every request
-        # of a step verifies the step's width; carry rows of self.widths.maximum between steps.
-        self.widths = StepWidths(self.target_worker.model_runner)
+class Worker(chain_worker_base()):
+    def drafts(self, req, tokens: List[int], count: int) -> List[int]:
+        """``count`` draft tokens to follow ``tokens`` (the request's prompt and output so far).
 
-    def forward_batch_generation(self, batch, **kwargs):
-        """One scheduler step: draft, run the target's TARGET_VERIFY forward at
-        the step's width, accept, and return SGLang's GenerationBatchResult
-        (see docs/reference/worker-contract.md in the sglang-spec-plugins
-        repository, and the prompt-lookup example's worker, which does all of
-        this). A decode step asks its width first, before drafting, and hands
-        back what it committed:
-            width = self.widths.at(len(batch.reqs))
-            ...
-            self.widths.record(accept_lens)  # for plugins.toml's widths_by_acceptance"""
-        raise NotImplementedError("{algorithm}: supply the drafter here")
+        THE DRAFTER: replace this with yours. As generated it drafts what followed the latest earlier
+        occurrence of the last token, read on as if the draft were appended (a repeating stretch keeps
+        repeating), else the last token repeated."""
+        last, known = tokens[-1], len(tokens)
+        for start in range(known - 2, -1, -1):
+            if tokens[start] == last:
+                period = known - 1 - start
+                return [tokens[start + 1 + k % period] for k in range(count)]
+        return [last] * count
 '''
 
 TESTS = '''\
@@ -261,11 +280,13 @@ it has no PyPI release yet)
 
 ## What you supply
 
-- `{module}/worker.py`: the worker SGLang instantiates. `forward_batch_generation(batch, **kwargs)`
-  drafts, runs the target's TARGET_VERIFY forward and accepts; the model it drafts with is loaded
-  from `self.server_args` (`speculative_draft_model_path`) in `__init__`.
-- `{module}/plugin.py`: the verify width (`sgl_spec_verify_width`), its maximum, whether the draft
-  worker verifies, `supports_overlap`, and an optional `validate_server_args`.
+- `{module}/worker.py`: the worker SGLang instantiates, built on `chain_worker_base()`, which drafts,
+  verifies and accepts every decode step; outputs are plain greedy decoding's whatever the drafts.
+  `drafts(req, tokens, count)` is the drafter: as generated, it drafts what followed the latest
+  earlier occurrence of the last token. Replace it with yours (and, optionally, `step_width`,
+  `verified`, `refusal`).
+- `{module}/plugin.py`: the verify width (`sgl_spec_verify_width`), its maximum, widths by batch
+  size, `supports_overlap`, and `validate_server_args` (the chain worker's release check, SGLang 0.5.14+).
 
 ## Try it
 
@@ -312,12 +333,13 @@ it has no PyPI release yet) (entry point `{module}` in the group `sglang_spec_pl
 
 ## What you supply
 
-- `{module}/worker.py`: the worker SGLang instantiates, built on `draft_model_worker_base()`:
-  `forward_batch_generation(batch, **kwargs)` drafts a block with `self.draft_runner`, runs the
-  target's TARGET_VERIFY forward over part of it and accepts (the block-drafter example,
-  `examples/dflash_block_drafter`, does all of it).
+- `{module}/worker.py`: the worker SGLang instantiates, built on `draft_block_worker_base()`, which
+  drafts a block with the draft model, verifies part of it with the target and accepts, every decode
+  step; outputs are plain greedy decoding's whatever the drafts. `drafts(batch, hidden)` turns the
+  draft model's hidden states into the block's drafts: as generated, the target's LM head, greedy
+  (SGLang's DFLASH's rule). Replace it with yours.
 - `{module}/plugin.py`: the widths (the draft runner's block, the target's verify width), the
-  `DraftModel` declaration, `supports_overlap`, and an optional `validate_server_args`.
+  `DraftModel` declaration, `supports_overlap`, and `validate_server_args` (`--tp-size 1`).
 
 ## Try it
 

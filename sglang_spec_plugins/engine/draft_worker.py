@@ -88,6 +88,18 @@ def _draft_worker_before_builder(server_args: Any, target_worker: Any, release_k
         set_global_server_args_for_scheduler(saved)
 
 
+def sglang_name(name: str, *modules: str) -> Any:
+    """``name`` from the first of ``modules`` (where a release keeps it) that has it; ImportError otherwise."""
+    for module in modules:
+        try:
+            found = getattr(importlib.import_module(module), name, None)
+        except ImportError:
+            continue
+        if found is not None:
+            return found
+    raise ImportError(f"this SGLang has no {name} (looked in {', '.join(modules)})")
+
+
 @functools.lru_cache(maxsize=None)
 def draft_model_worker_base() -> type:
     """A base class for a plugin's worker that has its own draft model (imports SGLang).

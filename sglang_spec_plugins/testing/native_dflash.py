@@ -3,8 +3,8 @@
 What DFLASH needs that a CPU-only machine lacks, and what stands in for it,
 each applied by :func:`serve_dflash_on_cpu` in the serving process only:
 
-* a device: DFLASH's argument check refuses any device but CUDA (NPU, XPU)
-  from 0.5.16 (``arg_groups.speculative_hook._handle_dflash``); its device
+* a device: DFLASH's argument check refuses any device but CUDA (later releases NPU
+  and XPU too) from 0.5.16 (``arg_groups.speculative_hook._handle_dflash``); its device
   test is read with ``cpu`` among them (one line of that function);
 * its GPU code paths: the worker takes its Triton kernels (block
   preparation, accept/bonus, fused context-KV writes) where ``is_cuda() or
@@ -35,11 +35,13 @@ from ..patches.source_edit import Edit
 from ..patches.unit import FunctionPatch, Target, Verdict
 
 DEVICE_TESTS = (
-    ('if not server_args.device.startswith("cuda"):', 'if not server_args.device.startswith(("cuda", "cpu")):'),  # 0.5.16-0.5.18
+    ('if not server_args.device.startswith("cuda"):', 'if not server_args.device.startswith(("cuda", "cpu")):'),  # 0.5.16
+    ('if not (server_args.device.startswith("cuda") or server_args.device == "npu"):',
+     'if not (server_args.device.startswith(("cuda", "cpu")) or server_args.device == "npu"):'),  # 0.5.17-0.5.18
     ('if not (cfg.device.startswith("cuda") or cfg.device == "npu"):',
-     'if not (cfg.device.startswith(("cuda", "cpu")) or cfg.device == "npu"):'),  # 0.5.19-0.5.20
+     'if not (cfg.device.startswith(("cuda", "cpu")) or cfg.device == "npu"):'),  # 0.5.19
     ('cfg.device.startswith("cuda") or cfg.device == "npu" or cfg.device == "xpu"',
-     'cfg.device.startswith(("cuda", "cpu")) or cfg.device == "npu" or cfg.device == "xpu"'),  # 0.5.21+
+     'cfg.device.startswith(("cuda", "cpu")) or cfg.device == "npu" or cfg.device == "xpu"'),  # 0.5.20+
 )
 """DFLASH's device test across releases, and the same test with ``cpu`` among the devices."""
 

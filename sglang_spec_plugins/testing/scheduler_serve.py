@@ -26,7 +26,8 @@ It prints one JSON line: per request the output tokens, SGLang's own
 ``ForwardBatch`` the target's model runner ran, in order; the
 ``chosen_widths``, ``[batch size, width]`` of every answer the worker's
 :class:`~sglang_spec_plugins.worker.StepWidths` gave, in order; and the wall
-time; or the error. One process per run (see :mod:`.scheduler_start`).
+time; or the error. One process per run (see :mod:`.scheduler_start`):
+:func:`serve_in_a_process` runs one and reads its result.
 """
 
 from __future__ import annotations
@@ -114,6 +115,32 @@ def serve(algorithm: Optional[str], ndt: int = 4, max_new_tokens: Union[int, Seq
             "chosen_widths": chosen_widths,
             "init_s": round(started - began, 1),
             "serve_s": round(time.monotonic() - started, 1)}
+
+
+def serve_in_a_process(algorithm: Optional[str], config: Union[str, os.PathLike], ndt: int = 4,
+                       max_new_tokens: Union[int, Sequence[int]] = 20, late_after: Optional[int] = None,
+                       model: Optional[str] = None, draft: Optional[str] = None, python: str = sys.executable,
+                       env: Optional[Dict[str, str]] = None, timeout: int = 900) -> Dict[str, Any]:
+    """:func:`serve` in a process of its own, ``python -m`` this module with the ``config``
+    plugins.toml (one scheduler per process): its result. ``env``: the process's environment
+    (default: this one's, ``PYTHONPATH`` this ``sys.path``); ``SGLANG_SPEC_PLUGINS`` is left out,
+    so the config says which plugins load. RuntimeError with the process's output where it printed
+    no result."""
+    import subprocess
+
+    if env is None:
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    env = {k: v for k, v in env.items() if k != "SGLANG_SPEC_PLUGINS"}
+    lengths = [max_new_tokens] if isinstance(max_new_tokens, int) else list(max_new_tokens)
+    command = [str(python), "-m", "sglang_spec_plugins.testing.scheduler_serve", *([algorithm] if algorithm else []), "--ndt", str(ndt),
+               "--max-new-tokens", ",".join(map(str, lengths)), "--config", str(config),
+               *(["--late-after", str(late_after)] if late_after is not None else []),
+               *(["--model", str(model)] if model else []), *(["--draft", str(draft)] if draft else [])]
+    run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
+    lines = [line for line in run.stdout.splitlines() if line.startswith("{")]
+    if not lines:
+        raise RuntimeError(f"no result (rc {run.returncode}):\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}")
+    return json.loads(lines[-1])
 
 
 def run_event_loop(scheduler) -> List[str]:

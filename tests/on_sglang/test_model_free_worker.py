@@ -107,3 +107,20 @@ def test_the_view_is_per_worker_and_replaceable(sbd):
     assert one.model_runner is one.draft_worker.draft_runner
     one.draft_worker = "own"  # a worker with its own draft model assigns it
     assert one.draft_worker == "own"
+
+
+def test_a_chain_worker_without_a_drafter_is_refused_when_built_naming_it(sbd):
+    """``chain_worker_base()`` verifies what ``drafts`` gives: a subclass without one is refused at
+    construction (before its first step), naming the plugin, the algorithm and the class."""
+    from sglang_spec_plugins.errors import PluginError
+    from sglang_spec_plugins.worker import chain_worker_base
+
+    class NoDrafter(chain_worker_base()):
+        pass
+
+    target = _target(sbd(4))
+    args = SimpleNamespace(speculative_algorithm="SBD")
+    kwargs = {name: target if name == "target_worker" else None for name in contract().constructor_kwargs}
+    with pytest.raises(PluginError, match=r"plugin 'sbd'.*algorithm SBD: .*NoDrafter is built on chain_worker_base\(\) "
+                                          r"but defines no drafts\(req, tokens, count\)"):
+        NoDrafter(**dict(kwargs, server_args=args))

@@ -22,13 +22,11 @@ from plain decoding here (checked by hand, 0.5.23, width 3).
 
 import importlib.util
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
 from sglang_spec_plugins.engine.worker_contract import contract
+from sglang_spec_plugins.testing.scheduler_serve import serve_in_a_process
 from sglang_spec_plugins.widths_by_batch_size import WidthsByBatchSize
 
 NDT = 4
@@ -57,15 +55,7 @@ def _serve_with(tmp_path, algorithm, toml, lengths=(NEW_TOKENS,), late_after=Non
             pytest.fail(f"{module} is not installed: pip install -r tests/requirements-sglang-cpu.txt")
     config = tmp_path / "plugins.toml"
     config.write_text(toml)
-    env = dict(os.environ, SGLANG_SPEC_PLUGINS_CONFIG=str(config), PYTHONPATH=os.pathsep.join(sys.path))
-    env.pop("SGLANG_SPEC_PLUGINS", None)
-    command = [sys.executable, "-m", "sglang_spec_plugins.testing.scheduler_serve",
-               *([algorithm] if algorithm else []), "--ndt", str(NDT), "--max-new-tokens", ",".join(map(str, lengths)),
-               *(["--late-after", str(late_after)] if late_after is not None else [])]
-    run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
-    lines = [line for line in run.stdout.splitlines() if line.startswith("{")]
-    assert lines, f"no result (rc {run.returncode}):\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
-    return json.loads(lines[-1])
+    return serve_in_a_process(algorithm, config, ndt=NDT, max_new_tokens=lengths, late_after=late_after, timeout=600)
 
 
 @pytest.fixture(scope="module")

@@ -31,7 +31,6 @@ import json
 import math
 from pathlib import Path
 
-from prompt_lookup_drafter.plugin import release_check
 from prompt_lookup_drafter.plugin import ngram_settings
 
 from sglang_spec_plugins import AlgorithmSpec, hookimpl, is_plain_int
@@ -105,11 +104,17 @@ def _worker_factory(server_args):
     return ControlledAcceptanceWorker
 
 
+def _validate(server_args):
+    """The chain base's release check (SGLang 0.5.14+), while SGLang resolves its arguments."""
+    from sglang_spec_plugins.worker import require_chain_release  # the worker API: imported only when it runs
+
+    require_chain_release(ALGORITHM)
+
+
 @hookimpl
 def sgl_spec_algorithms():
-    # the release check is PROMPT_LOOKUP's (it drives SGLang's V2 schema, 0.5.14+)
     return [AlgorithmSpec(name=ALGORITHM, worker_factory=_worker_factory, supports_overlap=False,
-                          validate_server_args=release_check(ALGORITHM), capabilities={"has_draft_kv": False})]
+                          validate_server_args=_validate, capabilities={"has_draft_kv": False})]
 
 
 @hookimpl

@@ -8,8 +8,6 @@ from typing import List, Optional, Sequence, Tuple
 
 from prompt_lookup_drafter.worker import PromptLookupWorker
 
-from sglang_spec_plugins.worker import policy_for
-
 from .draws import drafts, keep_pattern, prompt_key
 from .plugin import acceptance_value, load_continuations, settings_of, width_cycle_of
 
@@ -22,7 +20,7 @@ class ControlledAcceptanceWorker(PromptLookupWorker):
 
     def __init__(self, server_args, target_worker, **release_kwargs):
         super().__init__(server_args, target_worker, **release_kwargs)
-        settings = policy_for(server_args).settings
+        settings = self.policy.settings
         path, self.acceptance, self.seed = settings_of(settings)
         self.cycle = width_cycle_of(settings, self.widths.maximum)
         self.cycle_steps = 0  # decode steps so far (the cycle's position)

@@ -38,11 +38,10 @@ def _worker_factory(server_args):
 
 
 def _validate(server_args):
-    """The drafts come from the target's LM head on one rank (no vocabulary gather across TP ranks)."""
-    tp_size = getattr(server_args, "tp_size", 1) or 1
-    if tp_size != 1:
-        raise ValueError(f"{ALGORITHM} drafts with the target's LM head on one GPU: serve it with --tp-size 1, "
-                         f"not {tp_size}")
+    """The block base's argument check: the drafts come from the target's LM head on one rank (--tp-size 1)."""
+    from sglang_spec_plugins.worker import require_block_args  # the worker API: imported only when it runs
+
+    require_block_args(ALGORITHM, server_args)
 
 
 class DFlashBlockPlugin:

@@ -4,7 +4,7 @@ Each decode step it drafts, for every request, the tokens that followed the
 request's last n-gram earlier in its own prompt and output (``lookup.py``),
 verifies them with the target model in one TARGET_VERIFY forward at the
 plugin's width and commits the longest prefix the target agrees with, plus
-the target's own next token (``worker.py``). Greedy decoding with it gives
+the target's own next token (``worker.py``, on ``chain_worker_base()``). Greedy decoding with it gives
 exactly the tokens plain greedy decoding gives.
 
 Settings (``[algorithms.PROMPT_LOOKUP]`` in plugins.toml):
@@ -55,29 +55,18 @@ def _worker_factory(server_args):
     return PromptLookupWorker
 
 
-def release_check(algorithm: str):
-    """The ``validate_server_args`` of ``algorithm`` (this one, or one whose worker is
-    built on this one's): it refuses, while SGLang resolves its arguments (before any
-    weight loads), a release whose scheduler does not drive plugin workers on the V2
-    schema, naming ``algorithm``. The release is read off its installed source:
-    nothing is imported."""
+def _validate(server_args):
+    """The chain base's release check (SGLang 0.5.14+), while SGLang resolves its arguments."""
+    from sglang_spec_plugins.worker import require_chain_release  # the worker API: imported only when it runs
 
-    def validate(server_args) -> None:
-        from sglang_spec_plugins.worker import contract
-
-        found = contract()
-        if found.release is not None and found.non_overlap_schema != "v2-sync":
-            raise ValueError(f"{algorithm} drives SGLang's V2 speculative schema (SGLang 0.5.14+); SGLang "
-                             f"{found.release} runs synchronous plugin workers on {found.non_overlap_schema!r}")
-
-    return validate
+    require_chain_release(ALGORITHM)
 
 
 @hookimpl
 def sgl_spec_algorithms():
     # has_draft_kv=False: no draft model, so no draft KV to size or transfer (SGLang's answer for NGRAM)
     return [AlgorithmSpec(name=ALGORITHM, worker_factory=_worker_factory, supports_overlap=False,
-                          validate_server_args=release_check(ALGORITHM), capabilities={"has_draft_kv": False})]
+                          validate_server_args=_validate, capabilities={"has_draft_kv": False})]
 
 
 @hookimpl

@@ -4,10 +4,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from prompt_lookup_drafter.chain import accept_greedy  # noqa: E402
 from prompt_lookup_drafter.lookup import propose  # noqa: E402
-from sglang_spec_plugins.worker import (WidthsByBatchSize, WidthSchedule, cache_locations, carried_rows,  # noqa: E402
-                                        verify_positions)
+from sglang_spec_plugins.worker import (WidthsByBatchSize, WidthSchedule, accept_greedy, cache_locations,  # noqa: E402
+                                        carried_rows, verify_positions)
 
 
 def test_accepted_drafts_are_the_matching_prefix_plus_the_bonus():

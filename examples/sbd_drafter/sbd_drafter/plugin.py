@@ -29,8 +29,6 @@ requests greedy verification cannot serve exactly are refused one by one).
 
 from typing import Optional, Tuple
 
-from prompt_lookup_drafter.plugin import release_check
-
 from sglang_spec_plugins import AlgorithmSpec, hookimpl, is_plain_int
 
 ALGORITHM = "SBD"
@@ -56,12 +54,12 @@ def block_settings(settings, vocab_size: Optional[int] = None) -> Tuple[Optional
 
 
 def _validate(server_args):
-    """PROMPT_LOOKUP's release check (SGLang 0.5.14+), then the mask token against the
+    """The chain base's release check (SGLang 0.5.14+), then the mask token against the
     target's vocabulary where its ``config.json`` is in a local ``--model-path``
     (before any weight loads; otherwise the worker checks it when it is built)."""
-    release_check(ALGORITHM)(server_args)
-    from sglang_spec_plugins.worker import policy_for, target_vocab_size
+    from sglang_spec_plugins.worker import policy_for, require_chain_release, target_vocab_size
 
+    require_chain_release(ALGORITHM)
     vocab = target_vocab_size(server_args)
     if vocab is not None:
         block_settings(policy_for(server_args).settings, vocab)

@@ -1,8 +1,8 @@
-"""The SBD worker SGLang instantiates: PROMPT_LOOKUP's, drafting the masked block (imports SGLang).
+"""The SBD worker SGLang instantiates: a chain worker drafting the masked block (imports SGLang).
 
-Verification, acceptance and what a step returns are PROMPT_LOOKUP's
-(:class:`prompt_lookup_drafter.worker.PromptLookupWorker`); this worker
-replaces its three hooks: ``step_width`` (the width that holds the batch's
+Verification, acceptance and what a step returns are the chain base's
+(:func:`sglang_spec_plugins.worker.chain_worker_base`); this worker
+supplies its three hooks: ``step_width`` (the width that holds the batch's
 block, ``blocks.block_width``), ``drafts`` (the request's carried guesses
 padded with the mask token) and ``verified`` (the guesses the target's
 argmax gives the next step, ``blocks.carried_guesses``). The guesses are kept
@@ -14,25 +14,22 @@ from __future__ import annotations
 
 from typing import Dict, List, Tuple
 
-from prompt_lookup_drafter.worker import PromptLookupWorker
-
-from sglang_spec_plugins.worker import policy_for
+from sglang_spec_plugins.worker import chain_worker_base
 
 from .blocks import block_drafts, block_width, carried_guesses
 from .plugin import block_settings
 
 
-class SBDWorker(PromptLookupWorker):
+class SBDWorker(chain_worker_base()):
     """Verifies ``[root, guesses..., mask...]`` per request at a width it picks each step; accepts greedily."""
 
     def __init__(self, server_args, target_worker, **release_kwargs):
         super().__init__(server_args, target_worker, **release_kwargs)
-        policy = policy_for(server_args)
         try:  # before the first step: the vocabulary is the loaded target's
             self.mask_token_id, self.mask_block = block_settings(
-                policy.settings, self.target_worker.model_runner.model_config.vocab_size)
+                self.policy.settings, self.target_worker.model_runner.model_config.vocab_size)
         except ValueError as exc:
-            raise policy.fault(str(exc)) from None
+            raise self.policy.fault(str(exc)) from None
         self._guesses: Dict[str, Tuple[int, List[int]]] = {}  # rid -> (tokens known at the next step, guesses)
 
     def guesses(self, req) -> List[int]:

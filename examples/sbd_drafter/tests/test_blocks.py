@@ -4,7 +4,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from prompt_lookup_drafter.chain import accept_greedy  # noqa: E402 (it imports torch)
+from sglang_spec_plugins.worker import accept_greedy  # noqa: E402
 from sbd_drafter.blocks import block_drafts, block_width, carried_guesses  # noqa: E402
 
 M = 255
