@@ -34,12 +34,10 @@ def planned(release: Optional[str]) -> Dict[str, Plan]:
 
 
 def _plan_every(release: Optional[str]) -> Dict[str, Plan]:
-    from dataclasses import replace
-
     from .catalogue import OWNERS, PATCHES
     from .unit import plan_all
 
-    return {name: replace(plan, owner=OWNERS.get(name)) for name, plan in plan_all(PATCHES, release).items()}
+    return {name: plan.with_owner(OWNERS.get(name)) for name, plan in plan_all(PATCHES, release).items()}
 
 
 def _encode(plans: Dict[str, Plan]) -> Dict[str, Any]:

@@ -7,14 +7,13 @@ policy a runner verifies with, the message, and the refusal itself.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from typing import Any, Callable, FrozenSet, Optional, Tuple
 
 from ..engine.algorithm import policy_of
 from ..engine.facts import configured_ndt
 from ..engine.probe import installed_version
 from ..errors import EngineError
-from .unit import Verdict, WrapPatch
+from .unit import Target, Verdict, WrapPatch
 
 TARGET, DRAFT = False, True
 """``is_draft_worker`` of the worker a backend lays out (the keys of :data:`WHO`)."""
@@ -59,17 +58,17 @@ def refuse_other_width(backend: str, model_runner: Any, ndt: int, lays_out: str)
                               + " or a width equal to speculative_num_draft_tokens")
 
 
-@dataclass
 class NdtGuard(WrapPatch):
     """Wraps a backend's ``__init__`` to refuse, at start-up, a plugin width
     other than ndt on the workers whose TARGET_VERIFY the backend lays out at
     ndt. ``classify(source)`` reads those workers off the ``__init__`` source
     (``is_draft_worker`` values; empty: none; None: an unknown shape)."""
 
-    backend: str = ""
-    classify: Callable[[str], Optional[FrozenSet[bool]]] = None
-
-    def __post_init__(self):
+    def __init__(self, name: str, summary: str, alternatives: Tuple[Target, ...], *, backend: str,
+                 classify: Callable[[str], Optional[FrozenSet[bool]]]):
+        super().__init__(name, summary, alternatives)
+        self.backend = backend
+        self.classify = classify
         self.condition, self.wrapper = self._condition, self._wrapper
 
     def ignored_workers(self) -> Optional[FrozenSet[bool]]:

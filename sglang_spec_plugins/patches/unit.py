@@ -18,7 +18,6 @@ no-op; revert restores the original functions and removes injected names.
 from __future__ import annotations
 
 import types
-from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -58,17 +57,50 @@ class Target(NamedTuple):
         return method_source(self.module, self.qualname)
 
 
-@dataclass(frozen=True)
 class Plan:
+    """A patch's plan: its verdict, why, and the steps ``apply`` takes (each
+    target with its payload: a function patch's edits, None for a wrapper).
+    Immutable; equal when verdict, reason and steps are (``owner`` is not compared).
+
+    (A plain class, not a dataclass: every SGLang process imports this module,
+    and generating a dataclass's methods costs more than the rest of it.)"""
+
+    __slots__ = ("verdict", "reason", "steps", "owner")
+
     verdict: Verdict
     reason: str
-    steps: Tuple[Tuple[Target, Tuple[Edit, ...]], ...] = ()
-    owner: Optional[str] = field(default=None, compare=False)
+    steps: Tuple[Tuple[Target, Any], ...]
+    owner: Optional[str]
     """The module of this package defining the patch (set by :mod:`.plan_cache`;
     :mod:`.deferred` imports it when the target is imported)."""
 
+    def __init__(self, verdict: Verdict, reason: str, steps: Tuple[Tuple[Target, Any], ...] = (),
+                 owner: Optional[str] = None):
+        for name, value in zip(self.__slots__, (verdict, reason, steps, owner)):
+            object.__setattr__(self, name, value)
 
-@dataclass
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"cannot assign to field {name!r} of an immutable Plan")
+
+    __delattr__ = __setattr__
+
+    def with_owner(self, owner: Optional[str]) -> "Plan":
+        """This plan, defined by the module ``owner``."""
+        return Plan(self.verdict, self.reason, self.steps, owner)
+
+    def _compared(self) -> tuple:
+        return self.verdict, self.reason, self.steps
+
+    def __eq__(self, other: Any) -> bool:
+        return self._compared() == other._compared() if type(other) is Plan else NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._compared())
+
+    def __repr__(self) -> str:
+        return f"Plan(verdict={self.verdict!r}, reason={self.reason!r}, steps={self.steps!r}, owner={self.owner!r})"
+
+
 class MethodPatch:
     """Replaces one SGLang method (or top-level function); subclasses say when and with what.
 
@@ -76,18 +108,25 @@ class MethodPatch:
     the first present target is the one assessed and patched (e.g. the graph
     runner moved files in 0.5.14). ``injected`` names are put into the
     method's module globals while the patch is applied (the new code calls them).
+    A patch is its own identity (``==`` is ``is``). Plain classes, as :class:`Plan`.
     """
 
-    name: str
-    summary: str
-    alternatives: Tuple[Target, ...]
-    injected: Dict[str, Callable] = field(default_factory=dict, kw_only=True)
     in_place = False
     """A top-level function's replacement goes in as its code (every copy an
     ``from ... import`` made runs it), not as the module's attribute (which
     only callers reading the module's globals see)."""
-    _originals: List[Tuple[Any, str, Any, Dict[str, Any], Any]] = field(default_factory=list, repr=False, kw_only=True)
-    _waiting: List[Tuple[str, Callable]] = field(default_factory=list, repr=False, kw_only=True)
+
+    def __init__(self, name: str, summary: str, alternatives: Tuple[Target, ...], *,
+                 injected: Optional[Dict[str, Callable]] = None):
+        self.name = name
+        self.summary = summary
+        self.alternatives = alternatives
+        self.injected: Dict[str, Callable] = {} if injected is None else injected
+        self._originals: List[Tuple[Any, str, Any, Dict[str, Any], Any]] = []
+        self._waiting: List[Tuple[str, Callable]] = []
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, summary={self.summary!r}, alternatives={self.alternatives!r})"
 
     @property
     def applied(self) -> bool:
@@ -172,12 +211,15 @@ class MethodPatch:
             func.__globals__.update(saved)
 
 
-@dataclass
 class FunctionPatch(MethodPatch):
     """Line edits to one SGLang method or top-level function (see :mod:`.source_edit`)."""
 
-    edits: Tuple[Edit, ...] = ()
     in_place = True
+
+    def __init__(self, name: str, summary: str, alternatives: Tuple[Target, ...], edits: Tuple[Edit, ...] = (), *,
+                 injected: Optional[Dict[str, Callable]] = None):
+        super().__init__(name, summary, alternatives, injected=injected)
+        self.edits = edits
 
     def assess(self, target: Target, source: str, release: Optional[str]) -> Plan:
         states = {edit: edit.classify(source) for edit in self.edits}
@@ -193,7 +235,6 @@ class FunctionPatch(MethodPatch):
         return rebuild(func, owner, payload)
 
 
-@dataclass
 class WrapPatch(MethodPatch):
     """Wraps one SGLang method, e.g. to check a configuration at start-up.
 
@@ -202,8 +243,12 @@ class WrapPatch(MethodPatch):
     builds the replacement (use functools.wraps).
     """
 
-    condition: Callable[[str], Tuple[str, str]] = None
-    wrapper: Callable[[Any], Any] = None
+    def __init__(self, name: str, summary: str, alternatives: Tuple[Target, ...],
+                 condition: Callable[[str], Tuple[str, str]] = None, wrapper: Callable[[Any], Any] = None, *,
+                 injected: Optional[Dict[str, Callable]] = None):
+        super().__init__(name, summary, alternatives, injected=injected)
+        self.condition = condition
+        self.wrapper = wrapper
 
     def assess(self, target: Target, source: str, release: Optional[str]) -> Plan:
         verdict, reason = self.condition(source)

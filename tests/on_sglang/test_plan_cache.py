@@ -18,7 +18,7 @@ def test_a_later_process_gets_the_plans_read_off_the_release(monkeypatch, tmp_pa
     release = probe().version
     read = unit.plan_all(patches.PATCHES, release)
     assert plan_cache.planned(release) == read  # a miss: planned, and kept
-    (entry,) = (tmp_path / "cache").iterdir()
+    (entry,) = (tmp_path / "cache").glob("patch-plans-*")  # the probe keeps its runner locations beside it
 
     def not_planned(*args):
         raise AssertionError("a hit plans nothing")
@@ -102,6 +102,6 @@ def test_the_files_read_before_planning_in_the_process_are_in_the_entry(monkeypa
     with source_text.recording() as read:  # nothing read yet: every file planning reads or looks for
         unit.plan_all(patches.PATCHES, release)
     plan_cache.planned(release)  # each of them read already in this process
-    (entry,) = (tmp_path / "cache").iterdir()
+    (entry,) = (tmp_path / "cache").glob("patch-plans-*")  # the probe keeps its runner locations beside it
     recorded = set(json.loads(entry.read_text())["paths"])
     assert read and read <= recorded, sorted(read - recorded)
