@@ -32,13 +32,14 @@ Semantics shared by every per-algorithm hook:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 import pluggy
 
 from .capabilities import check_capabilities
 from .draft_model import DraftModel
+from .records import frozen_record
 from .verify_layout import CHAIN, VERIFY_SHAPES
 
 PROJECT_NAME = "sglang_spec_plugins"
@@ -52,7 +53,7 @@ RENAMED_HOOKS = {"sgl_spec_verify_widths": "sgl_spec_widths_by_batch_size"}
 implementing the old name is refused with the new one."""
 
 
-@dataclass(frozen=True)
+@frozen_record
 class AlgorithmSpec:
     """One speculative algorithm a plugin offers to SGLang.
 
