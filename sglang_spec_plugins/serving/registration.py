@@ -16,7 +16,6 @@ from ..policy import VerifyPolicy
 from ..capabilities import CAPABILITIES
 from ..engine.algorithm import _PolicyMethods, spec_class_for, unasked_capabilities
 from ..engine.probe import EngineProbe
-from . import startup_check
 
 logger = logging.getLogger("sglang_spec_plugins")
 
@@ -58,7 +57,7 @@ def register_all(
                 register(
                     offered.name,
                     supports_overlap=offered.spec.supports_overlap,
-                    validate_server_args=startup_check.validator(offered, policy, probe.version),
+                    validate_server_args=_checked_on_first_call(offered, policy, probe.version),
                     spec_class=spec_class_for(policy, probe, offered.spec.verify_shape, offered.spec.capabilities,
                                               offered.spec.draft_model),
                 )(offered.spec.worker_factory)
@@ -85,3 +84,20 @@ def unregister(names: Iterable[str]) -> None:
 
     for name in names:
         spec_registry._REGISTRY.pop(name.upper(), None)
+
+
+def _checked_on_first_call(offered: OfferedAlgorithm, policy: VerifyPolicy, version: str):
+    """:func:`.startup_check.validator` for ``offered``, built (and its module
+    imported) at the first call: SGLang checks the arguments where it resolves
+    them, and a process that checks none (a scheduler, the detokenizer) does
+    not import the check."""
+    built: List = []
+
+    def validate_server_args(server_args) -> None:
+        if not built:
+            from .startup_check import validator
+
+            built.append(validator(offered, policy, version))
+        built[0](server_args)
+
+    return validate_server_args
