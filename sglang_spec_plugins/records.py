@@ -33,7 +33,7 @@ def frozen_record(cls: T) -> T:
     cls._record_shown = tuple(f.name for f in found if f.repr)
     cls.__signature__ = inspect.Signature([  # what help() and inspect.signature() show, as for a dataclass
         inspect.Parameter(f.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=f.type, default=_shown_default(f))
-        for f in found])
+        for f in found], return_annotation=None)
     return cls
 
 
