@@ -91,13 +91,14 @@ def _checked_on_first_call(offered: OfferedAlgorithm, policy: VerifyPolicy, vers
     imported) at the first call: SGLang checks the arguments where it resolves
     them, and a process that checks none (a scheduler, the detokenizer) does
     not import the check."""
-    built: List = []
+    check = None
 
     def validate_server_args(server_args) -> None:
-        if not built:
+        nonlocal check
+        if check is None:
             from .startup_check import validator
 
-            built.append(validator(offered, policy, version))
-        built[0](server_args)
+            check = validator(offered, policy, version)
+        check(server_args)
 
     return validate_server_args

@@ -23,14 +23,12 @@ steps equal to native's, but not the drafts, and this test failed.
 
 import importlib.util
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
 from sglang_spec_plugins.engine.worker_contract import contract
 from sglang_spec_plugins.testing.draft_checkpoint import accepting_draft, dflash_draft, llama_target, read_weights
+from sglang_spec_plugins.testing.scheduler_serve import serve_in_a_process
 from sglang_spec_plugins.testing.scheduler_start import TINY_LLAMA
 
 BLOCK = 4
@@ -65,16 +63,8 @@ def _serve(tmp_path, algorithm=None, model=None, draft=None, verify_width=None, 
     config = tmp_path / f"plugins-{algorithm}-{verify_width}-{len(enable)}.toml"
     config.write_text(f"[plugins]\nenable = {json.dumps(list(enable))}\n"
                       + (f"[algorithms.DFLASH_BLOCK]\nverify_width = {verify_width}\n" if verify_width else ""))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    env.pop("SGLANG_SPEC_PLUGINS", None)
-    command = [sys.executable, "-m", "sglang_spec_plugins.testing.scheduler_serve", *([algorithm] if algorithm else []),
-               "--ndt", str(BLOCK), "--max-new-tokens", str(NEW_TOKENS), "--config", str(config),
-               *(["--model", str(model)] if model else []), *(["--draft", str(draft)] if draft and algorithm else [])]
-    run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
-    lines = [line for line in run.stdout.splitlines() if line.startswith("{")]
-    assert lines, f"no result (rc {run.returncode}):\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
-    result = json.loads(lines[-1])
-    return result
+    return serve_in_a_process(algorithm, config, ndt=BLOCK, max_new_tokens=NEW_TOKENS, model=model,
+                              draft=draft if algorithm else None)
 
 
 def _outputs(result):
