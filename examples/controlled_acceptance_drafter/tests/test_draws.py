@@ -1,6 +1,7 @@
 """The drafting rule, the plugin's settings and the record (pure: no SGLang)."""
 
 import json
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -8,6 +9,9 @@ from hypothesis import strategies as st
 
 from controlled_acceptance_drafter import plugin, record
 from controlled_acceptance_drafter.draws import CHECKED_TAIL, drafts, keep_pattern, kept, prompt_key
+
+RECORDED = str(Path(__file__).with_name("continuations.json"))
+"""The committed record, wherever the tests run from."""
 
 CONTINUATION = list(range(100, 164))
 
@@ -64,14 +68,14 @@ def test_a_token_not_kept_is_never_the_continuation_s():
 
 @pytest.mark.parametrize("settings_, message", [
     ({}, r"continuations = None: give the JSON file"),
-    ({"continuations": "tests/continuations.json", "acceptance": 1.5}, r"acceptance = 1.5: the acceptance must be a number from 0 to 1"),
-    ({"continuations": "tests/continuations.json", "acceptance": "high"}, r"acceptance = 'high'"),
-    ({"continuations": "tests/continuations.json", "seed": 1.5}, r"seed = 1.5: it must be an int"),
-    ({"continuations": "tests/continuations.json", "width_cycle": [2, 5]}, r"width_cycle = \[2, 5\]: give a list of widths, each an int from 1 to speculative_num_draft_tokens \(4\)"),
-    ({"continuations": "tests/continuations.json", "width_cycle": []}, r"width_cycle = \[\]"),
-    ({"continuations": "tests/continuations.json", "width_cycle": [2, True]}, r"width_cycle = \[2, True\]"),
-    ({"continuations": "tests/continuations.json", "width_cycle": [2], "width_cycle_steps": 0}, r"width_cycle_steps = 0: it must be an int >= 1"),
-    ({"continuations": "tests/continuations.json", "width_cycle_steps": 4}, r"width_cycle_steps = 4: it takes a width_cycle"),
+    ({"continuations": RECORDED, "acceptance": 1.5}, r"acceptance = 1.5: the acceptance must be a number from 0 to 1"),
+    ({"continuations": RECORDED, "acceptance": "high"}, r"acceptance = 'high'"),
+    ({"continuations": RECORDED, "seed": 1.5}, r"seed = 1.5: it must be an int"),
+    ({"continuations": RECORDED, "width_cycle": [2, 5]}, r"width_cycle = \[2, 5\]: give a list of widths, each an int from 1 to speculative_num_draft_tokens \(4\)"),
+    ({"continuations": RECORDED, "width_cycle": []}, r"width_cycle = \[\]"),
+    ({"continuations": RECORDED, "width_cycle": [2, True]}, r"width_cycle = \[2, True\]"),
+    ({"continuations": RECORDED, "width_cycle": [2], "width_cycle_steps": 0}, r"width_cycle_steps = 0: it must be an int >= 1"),
+    ({"continuations": RECORDED, "width_cycle_steps": 4}, r"width_cycle_steps = 4: it takes a width_cycle"),
 ])
 def test_bad_settings_are_refused_naming_the_key(settings_, message):
     with pytest.raises(ValueError, match=r"\[algorithms.CONTROLLED_ACCEPTANCE\] " + message):
