@@ -31,6 +31,9 @@ if [ ! -f $E/site.tar.xz ]; then
   rm -rf $E/unpacked
 fi
 rm -f $E/wheels/*.whl
+# setuptools keeps each project's build/ between builds and packs what it holds: a module since deleted from the
+# source went on travelling in the wheel (examples/prompt_lookup_drafter's chain.py, 2026-12-03): build afresh
+rm -rf build examples/{prompt_lookup,sbd,controlled_acceptance,dflash_block}_drafter/build
 python3 -m pip wheel -q --no-deps -w $E/wheels . examples/prompt_lookup_drafter examples/sbd_drafter \
   examples/controlled_acceptance_drafter examples/dflash_block_drafter
 # the HTTP server's imports the image lacks, seen on the H200 (2026-12-02) one at a time: sglang's openai entry
