@@ -57,7 +57,7 @@ set -u
 T0=$(date +%s); H=$PWD/tools/gpu/engine
 R=${SGLANG_RELEASE:-0.5.16}
 case $R in 0.5.16) E=$PWD/.e2e ;; 0.5.17) E=$PWD/.e2e17 ;; *) echo "run.sh: SGLANG_RELEASE=$R: 0.5.16 or 0.5.17" >&2; exit 2 ;; esac
-OUT=${OUT:-/tmp/engine-out}; mkdir -p "$OUT" /tmp/engine-logs
+OUT=${OUT:-/tmp/engine-out}; LOGS=${ENGINE_LOGS:-/tmp/engine-logs}; mkdir -p "$OUT" "$LOGS"  # the engines' logs
 DEADLINE=${DEADLINE:-510}   # no engine starts later than this many seconds after the start
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 OUT
 export FLASHINFER_CUDA_ARCH_LIST=9.0a TORCH_CUDA_ARCH_LIST=9.0a
@@ -98,7 +98,7 @@ engine() {
   local t=$(date +%s)
   # from /tmp: no ./plugins.toml there, so an engine without SGLANG_SPEC_PLUGINS_CONFIG loads no plugin
   (cd /tmp && env CUDA_VISIBLE_DEVICES=$gpus "${envs[@]}" timeout -k 10 $limit python3 $H/engine_check.py "$label" "$@" \
-     > /tmp/engine-logs/$label.log 2>&1)
+     > $LOGS/$label.log 2>&1)
   local rc=$?
   tl "END $label rc=$rc $(( $(date +%s) - t ))s; GPU memory in use: $(nvidia-smi --query-gpu=memory.used --format=csv,noheader | tr '\n' ' ')"
   grep -q "\"label\": \"$label\"" "$OUT/engines.jsonl" 2>/dev/null || \
@@ -185,11 +185,11 @@ draft_speed_runs() {
     part) engine 0 ds_part_cg $DRAFT_W4 -- $on --spec DFLASH_BLOCK $spec ;;
   esac; done
 }
-soak_run() {  # SOAK_NAME (default soak): its results in $OUT/$SOAK_NAME, its logs in /tmp/engine-logs/$SOAK_NAME
-  local name=${SOAK_NAME:-soak}; mkdir -p /tmp/engine-logs/$name
-  (cd /tmp && ENGINE_MODEL=${SOAK_MODEL:-$ENGINE_MODEL} SOAK_LOGS=/tmp/engine-logs/$name timeout -k 5 $(( ${SOAK_BUDGET:-430} + 20 )) \
-     python3 $H/../soak.py coordinate --out "$OUT/$name" --budget ${SOAK_BUDGET:-430} ${SOAK_ARGS:-} > /tmp/engine-logs/$name/soak.log 2>&1)
-  tl "$name rc=$?"; tail -25 /tmp/engine-logs/$name/soak.log
+soak_run() {  # SOAK_NAME (default soak): its results in $OUT/$SOAK_NAME, its logs in $LOGS/$SOAK_NAME
+  local name=${SOAK_NAME:-soak}; mkdir -p $LOGS/$name
+  (cd /tmp && ENGINE_MODEL=${SOAK_MODEL:-$ENGINE_MODEL} SOAK_LOGS=$LOGS/$name timeout -k 5 $(( ${SOAK_BUDGET:-430} + 20 )) \
+     python3 $H/../soak.py coordinate --out "$OUT/$name" --budget ${SOAK_BUDGET:-430} ${SOAK_ARGS:-} > $LOGS/$name/soak.log 2>&1)
+  tl "$name rc=$?"; tail -25 $LOGS/$name/soak.log
 }
 SBD=SGLANG_SPEC_PLUGINS_CONFIG=$H/plugins_sbd.toml
 sbd_runs() {
@@ -246,18 +246,18 @@ for phase in "$@"; do
       for which in "dm $ENGINE_MODEL draft" "da /tmp/tiny-favoured draft" "sbd /tmp/tiny-favoured sbd"; do
         set -- $which
         (cd /tmp && ENGINE_MODEL=$2 timeout 300 python3 $H/margins.py $H/../results/$3/divergences.json flashinfer \
-           --prefix ${1}_ > /tmp/engine-logs/margins_$1.log 2>&1); tl "margins $1 rc=$?"
+           --prefix ${1}_ > $LOGS/margins_$1.log 2>&1); tl "margins $1 rc=$?"
       done ;;
     margins)  # how close each divergence of results/engine/divergences.json was (margins.py)
       for backend in ${MARGINS:-flashinfer triton}; do
         (cd /tmp && timeout 200 python3 $H/margins.py $H/../results/engine/divergences.json $backend \
-           > /tmp/engine-logs/margins_$backend.log 2>&1); tl "margins $backend rc=$?"
+           > $LOGS/margins_$backend.log 2>&1); tl "margins $backend rc=$?"
       done ;;
   esac
 done
 tl "ALL DONE"
 [ -n "${NO_ARCHIVE:-}" ] && exit 0   # a caller that archives what it needs itself (benchmarks/e2e_speculative.sh)
-tar -C /tmp -cJf "$OUT/logs.tar.xz" engine-logs
+tar -C "$(dirname "$LOGS")" -cJf "$OUT/logs.tar.xz" "$(basename "$LOGS")"
 n=${SOAK_NAME:-soak}; [ -d "$OUT/$n" ] && tar -C "$OUT" -cJf "$OUT/$n.tar.xz" $n && rm -rf "$OUT/$n"  # few files come back from a call
 # JIT caches (flashinfer's kernels, Triton's), to carry into the next call as .e2e/cache/*.tar.xz
 tar -C / -cJf "$OUT/jit_flashinfer.tar.xz" root/.cache/flashinfer 2>/dev/null
