@@ -60,7 +60,7 @@ def _run_phase(tmp_path, release, phase="triton_widths", **env):
         stub.chmod(0o755)
     done = subprocess.run(["bash", str(ENGINE / "run.sh"), phase], cwd=ROOT, capture_output=True, text=True, timeout=120,
                           env=dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", OUT=str(out), NO_ARCHIVE="1",
-                                   SGLANG_RELEASE=release, **env))
+                                   ENGINE_LOGS=str(tmp_path / "logs"), SGLANG_RELEASE=release, **env))
     assert done.returncode == 0, done.stderr
     lines = (out / "engines.jsonl").read_text().splitlines() if (out / "engines.jsonl").exists() else []
     return (out / "timeline.txt").read_text(), [json.loads(line) for line in lines]
@@ -86,6 +86,7 @@ def test_triton_widths_serves_every_width_engine_beside_its_plain_engine(tmp_pat
     assert set(engines) == {f"{p}_{what}_{cg}" for cg in ("cg", "nocg") for p, what in
                             (("trs", "base"), ("trs", "sbd"), ("trw", "base"), ("trw", "pl_widths"), ("trw", "pl_below"))}
     assert [len(group) for group in _starts_in_groups(timeline)] == [4, 4, 2]  # at most four engines at once
+    assert sorted(log.stem for log in (tmp_path / "logs").iterdir()) == sorted(engines)  # ENGINE_LOGS: one log each
     configs = {}
     for label, (args, record) in engines.items():
         assert args.backend == "triton" and args.dtype == "float16" and record["triton_f32"] is None
