@@ -2,6 +2,10 @@
 # On the H200 machine, from the root of the tree a device call sent (carry: .e2e, built by site.sh):
 #   tools/gpu/engine/run.sh PHASE...      phases: setup single flashinfer triton deterministic precision widths
 #                                         draft draft_accepting drafts draft_speed sbd tp margins draft_margins soak
+#                                         triton_widths (0.5.17)
+# SGLANG_RELEASE (default 0.5.16): the release site.sh built, read from its folder: 0.5.16 .e2e, 0.5.17 .e2e17
+# (carry .e2e17/site.tar.xz, .e2e17/wheels and .e2e17/cache if any). The other phases were written for 0.5.16
+# and run on 0.5.17 too, but their expectations are 0.5.16's (there triton below ndt is refused: tri_pl_below_refused)
 # setup   unpack .e2e/site.tar.xz to /tmp/site, install .e2e/wheels to /tmp/site-proj, write the model
 # single  two queues of engines at once, one per GPU (GPU 0: triton, GPU 1: flashinfer; on a one-GPU
 #         machine both on GPU 0, one after the other): plain decoding, PROMPT_LOOKUP below and at ndt,
@@ -40,10 +44,20 @@
 #         HTTP server, against the plain engine's outputs request by request; the three processes at once on
 #         GPU 0, done within SOAK_BUDGET seconds (default 430); results in $OUT/soak/ (summary.json); SOAK_MODEL:
 #         the target (default the tiny Llama), SOAK_ARGS: soak.py's flags (--algorithm DFLASH_BLOCK --draft DIR)
+# triton_widths (0.5.17: triton lays each verify batch out at its verify input's width; 0.5.16 refuses any
+#         width but ndt there, so the phase is skipped on it): float16 (TW_DTYPE=float32 to try it: 0.5.16's
+#         float32 engines failed in sgl-kernel 0.4.5's RMSNorm, which 0.5.17 pins and calls the same way), graphs
+#         on and off, groups of four engines at once on GPU 0, nothing timed: the SBD example (worker-chosen widths
+#         2/4/8 per step, plugins_sbd.toml) on the favoured target, batches 1, 8, 32, 64 (trs_*); PROMPT_LOOKUP
+#         with widths by batch size (plugins_widths.toml: 4 below 8 requests, 2 from 8, ndt 4) on batches that
+#         shrink as they decode (--staggered), and at width 2 below ndt 4 (plugins_below.toml, what 0.5.16
+#         refused) (trw_*); each beside the plain engines of its model and setting. compare.py: identity with plain
 # $OUT gets: engines.jsonl (one line per engine), timeline.txt, logs.tar.xz, and the JIT caches.
 set -u
-T0=$(date +%s); E=$PWD/.e2e; H=$PWD/tools/gpu/engine
-OUT=${OUT:-/tmp/engine-out}; mkdir -p "$OUT" /tmp/engine-logs
+T0=$(date +%s); H=$PWD/tools/gpu/engine
+R=${SGLANG_RELEASE:-0.5.16}
+case $R in 0.5.16) E=$PWD/.e2e ;; 0.5.17) E=$PWD/.e2e17 ;; *) echo "run.sh: SGLANG_RELEASE=$R: 0.5.16 or 0.5.17" >&2; exit 2 ;; esac
+OUT=${OUT:-/tmp/engine-out}; LOGS=${ENGINE_LOGS:-/tmp/engine-logs}; mkdir -p "$OUT" "$LOGS"  # the engines' logs
 DEADLINE=${DEADLINE:-510}   # no engine starts later than this many seconds after the start
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 OUT
 export FLASHINFER_CUDA_ARCH_LIST=9.0a TORCH_CUDA_ARCH_LIST=9.0a
@@ -57,8 +71,8 @@ tl() { echo "[t=$(( $(date +%s) - T0 ))s] $*" | tee -a "$OUT/timeline.txt"; }
 setup() {
   nvidia-smi -L; python3 -V; nproc
   python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name(0))"
-  if [ ! -f /tmp/site/.unpacked ]; then
-    rm -rf /tmp/site && mkdir -p /tmp/site && tar -xJf $E/site.tar.xz -C /tmp/site && touch /tmp/site/.unpacked
+  if [ "$(cat /tmp/site/.unpacked 2>/dev/null)" != "$R" ]; then  # a warm machine may hold the other release's
+    rm -rf /tmp/site && mkdir -p /tmp/site && tar -xJf $E/site.tar.xz -C /tmp/site && echo $R > /tmp/site/.unpacked
   fi
   for cache in $E/cache/*.tar.xz; do [ -f "$cache" ] && tar -xJf "$cache" -C / ; done
   rm -rf /tmp/site-proj && python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site-proj $E/wheels/*.whl
@@ -84,7 +98,7 @@ engine() {
   local t=$(date +%s)
   # from /tmp: no ./plugins.toml there, so an engine without SGLANG_SPEC_PLUGINS_CONFIG loads no plugin
   (cd /tmp && env CUDA_VISIBLE_DEVICES=$gpus "${envs[@]}" timeout -k 10 $limit python3 $H/engine_check.py "$label" "$@" \
-     > /tmp/engine-logs/$label.log 2>&1)
+     > $LOGS/$label.log 2>&1)
   local rc=$?
   tl "END $label rc=$rc $(( $(date +%s) - t ))s; GPU memory in use: $(nvidia-smi --query-gpu=memory.used --format=csv,noheader | tr '\n' ' ')"
   grep -q "\"label\": \"$label\"" "$OUT/engines.jsonl" 2>/dev/null || \
@@ -171,17 +185,31 @@ draft_speed_runs() {
     part) engine 0 ds_part_cg $DRAFT_W4 -- $on --spec DFLASH_BLOCK $spec ;;
   esac; done
 }
-soak_run() {  # SOAK_NAME (default soak): its results in $OUT/$SOAK_NAME, its logs in /tmp/engine-logs/$SOAK_NAME
-  local name=${SOAK_NAME:-soak}; mkdir -p /tmp/engine-logs/$name
-  (cd /tmp && ENGINE_MODEL=${SOAK_MODEL:-$ENGINE_MODEL} SOAK_LOGS=/tmp/engine-logs/$name timeout -k 5 $(( ${SOAK_BUDGET:-430} + 20 )) \
-     python3 $H/../soak.py coordinate --out "$OUT/$name" --budget ${SOAK_BUDGET:-430} ${SOAK_ARGS:-} > /tmp/engine-logs/$name/soak.log 2>&1)
-  tl "$name rc=$?"; tail -25 /tmp/engine-logs/$name/soak.log
+soak_run() {  # SOAK_NAME (default soak): its results in $OUT/$SOAK_NAME, its logs in $LOGS/$SOAK_NAME
+  local name=${SOAK_NAME:-soak}; mkdir -p $LOGS/$name
+  (cd /tmp && ENGINE_MODEL=${SOAK_MODEL:-$ENGINE_MODEL} SOAK_LOGS=$LOGS/$name timeout -k 5 $(( ${SOAK_BUDGET:-430} + 20 )) \
+     python3 $H/../soak.py coordinate --out "$OUT/$name" --budget ${SOAK_BUDGET:-430} ${SOAK_ARGS:-} > $LOGS/$name/soak.log 2>&1)
+  tl "$name rc=$?"; tail -25 $LOGS/$name/soak.log
 }
 SBD=SGLANG_SPEC_PLUGINS_CONFIG=$H/plugins_sbd.toml
 sbd_runs() {
   local on="--backend flashinfer --model /tmp/tiny-favoured --batches 1,8,32,64"
   engine 0 sbd_base_cg -- $on & engine 0 sbd_base_nocg -- $on --no-cuda-graph & wait
   engine 0 sbd_sbd_cg $SBD -- $on --spec SBD --ndt 8 & engine 0 sbd_sbd_nocg $SBD -- $on --spec SBD --ndt 8 --no-cuda-graph & wait
+}
+# triton_widths_runs: SBD's and PROMPT_LOOKUP's widths on triton (0.5.17), float16 (TW_DTYPE), untimed
+triton_widths_runs() {
+  local dt=${TW_DTYPE:-float16} x=""; [ "$dt" = float32 ] && x=TRITON_F32_DEFAULT=ieee
+  local sbd="--backend triton --dtype $dt --model /tmp/tiny-favoured --batches 1,8,32,64"
+  local pl="--backend triton --dtype $dt --staggered"
+  engine 0 trs_base_cg $x -- $sbd & engine 0 trs_base_nocg $x -- $sbd --no-cuda-graph &
+  engine 0 trs_sbd_cg $x $SBD -- $sbd --spec SBD --ndt 8 & engine 0 trs_sbd_nocg $x $SBD -- $sbd --spec SBD --ndt 8 --no-cuda-graph &
+  wait
+  engine 0 trw_base_cg $x -- $pl & engine 0 trw_base_nocg $x -- $pl --no-cuda-graph &
+  engine 0 trw_pl_widths_cg $x $WIDTHS -- $pl $PL & engine 0 trw_pl_widths_nocg $x $WIDTHS -- $pl $PL --no-cuda-graph &
+  wait
+  engine 0 trw_pl_below_cg $x $BELOW -- $pl $PL & engine 0 trw_pl_below_nocg $x $BELOW -- $pl $PL --no-cuda-graph &
+  wait
 }
 tp_runs() {
   engine 0,1 tp2_fi_pl_below_cg $BELOW -- --backend flashinfer $PL --tp 2 --batches 1,8
@@ -202,6 +230,9 @@ for phase in "$@"; do
     precision)  # float32 triton with tl.dot in IEEE float32, not tf32
       flashinfer_checks fi16 --dtype float16 & EXTRA=TRITON_F32_DEFAULT=ieee triton_checks tri32 --dtype float32 & wait ;;
     widths) widths_runs ;;
+    triton_widths)
+      if [ "$R" = 0.5.16 ]; then tl "SKIP triton_widths: 0.5.16's triton verifies at ndt only (SGLANG_RELEASE=0.5.17)"
+      else triton_widths_runs; fi ;;
     draft) draft_checks dm $ENGINE_MODEL /tmp/draft-dummy ;;
     draft_accepting) draft_checks da /tmp/tiny-favoured /tmp/draft-accepting ;;
     drafts) draft_checks dm $ENGINE_MODEL /tmp/draft-dummy & draft_checks da /tmp/tiny-favoured /tmp/draft-accepting & wait ;;
@@ -215,20 +246,21 @@ for phase in "$@"; do
       for which in "dm $ENGINE_MODEL draft" "da /tmp/tiny-favoured draft" "sbd /tmp/tiny-favoured sbd"; do
         set -- $which
         (cd /tmp && ENGINE_MODEL=$2 timeout 300 python3 $H/margins.py $H/../results/$3/divergences.json flashinfer \
-           --prefix ${1}_ > /tmp/engine-logs/margins_$1.log 2>&1); tl "margins $1 rc=$?"
+           --prefix ${1}_ > $LOGS/margins_$1.log 2>&1); tl "margins $1 rc=$?"
       done ;;
     margins)  # how close each divergence of results/engine/divergences.json was (margins.py)
       for backend in ${MARGINS:-flashinfer triton}; do
         (cd /tmp && timeout 200 python3 $H/margins.py $H/../results/engine/divergences.json $backend \
-           > /tmp/engine-logs/margins_$backend.log 2>&1); tl "margins $backend rc=$?"
+           > $LOGS/margins_$backend.log 2>&1); tl "margins $backend rc=$?"
       done ;;
   esac
 done
 tl "ALL DONE"
 [ -n "${NO_ARCHIVE:-}" ] && exit 0   # a caller that archives what it needs itself (benchmarks/e2e_speculative.sh)
-tar -C /tmp -cJf "$OUT/logs.tar.xz" engine-logs
+tar -C "$(dirname "$LOGS")" -cJf "$OUT/logs.tar.xz" "$(basename "$LOGS")"
 n=${SOAK_NAME:-soak}; [ -d "$OUT/$n" ] && tar -C "$OUT" -cJf "$OUT/$n.tar.xz" $n && rm -rf "$OUT/$n"  # few files come back from a call
 # JIT caches (flashinfer's kernels, Triton's), to carry into the next call as .e2e/cache/*.tar.xz
 tar -C / -cJf "$OUT/jit_flashinfer.tar.xz" root/.cache/flashinfer 2>/dev/null
-tar -C / -cJf "$OUT/jit_triton.tar.xz" root/.triton tmp/torchinductor_root 2>/dev/null
+# (and SGLang's own JIT kernels, tvm-ffi's: rope, activation, the KV-cache store)
+tar -C / -cJf "$OUT/jit_triton.tar.xz" root/.triton tmp/torchinductor_root root/.cache/tvm-ffi 2>/dev/null
 ls -la "$OUT"

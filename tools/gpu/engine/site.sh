@@ -1,20 +1,31 @@
 #!/usr/bin/env bash
-# On the CPU machine: build what the H200 needs to run a real SGLang 0.5.16 engine, into .e2e/ (git-ignored).
-#   tools/gpu/engine/site.sh            (from the repository root; ~1-5 min)
-# .e2e/site.tar.xz   SGLang 0.5.16 and the cp312 packages the H200 image lacks, unpacked and xz-compressed
-#                    (~49 MB; one device call carries 64 MiB). 0.5.16 pins torch 2.11.0, the image's torch.
-# .e2e/wheels/       this package and the example drafters (DFLASH_BLOCK's included), built from the working tree
+# On the CPU machine: build what the H200 needs to run a real SGLang engine, into a git-ignored folder.
+#   tools/gpu/engine/site.sh                         (from the repository root; ~1-5 min): SGLang 0.5.16 into .e2e/
+#   SGLANG_RELEASE=0.5.17 tools/gpu/engine/site.sh   SGLang 0.5.17 into .e2e17/
+# Both pin torch 2.11.0, the H200 image's torch (2.11.0+cu130); 0.5.18 on pin 2.13+, too large to carry.
+# $E/site.tar.xz   SGLang and the cp312 packages the H200 image lacks, unpacked and xz-compressed
+#                  (0.5.16 ~49 MB, 0.5.17 ~47 MB; one device call carries 64 MiB)
+# $E/wheels/       this package and the example drafters (DFLASH_BLOCK's included), built from the working tree
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
-E=.e2e; mkdir -p $E/dl $E/slim $E/wheels
+R=${SGLANG_RELEASE:-0.5.16}
+# Each release's own pins, read off its wheel's METADATA (unzip -p sglang-R-*.whl '*/METADATA' | grep ^Requires-Dist):
+# torch==2.11.0 and sglang-kernel==0.4.5 in both; flashinfer_python[cu13] 0.6.14 (0.5.16), 0.6.15.post1 (0.5.17)
+case $R in
+  0.5.16) E=.e2e; FLASHINFER=0.6.14 ;;
+  0.5.17) E=.e2e17; FLASHINFER=0.6.15.post1 ;;
+  *) echo "site.sh: SGLANG_RELEASE=$R: only 0.5.16 and 0.5.17 (torch 2.11.0, the H200's; later releases pin 2.13+)" >&2
+     exit 2 ;;
+esac
+mkdir -p $E/dl $E/slim $E/wheels
 P="--no-deps --only-binary=:all: --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64
    --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64
    --platform manylinux1_x86_64 --platform manylinux_2_34_x86_64 --platform manylinux_2_31_x86_64
    --platform manylinux_2_35_x86_64"
 if [ ! -f $E/site.tar.xz ]; then
-  # transformers 5.12.1: the image's 5.17 breaks SGLang 0.5.16's import
+  # transformers 5.12.1 (both releases' pin): the image's 5.17 breaks SGLang 0.5.16's import
   python3 -m pip download -q $P -d $E/dl \
-    sglang==0.5.16 sglang-kernel==0.4.5 flashinfer-python==0.6.14 apache-tvm-ffi==0.1.11 \
+    sglang==$R sglang-kernel==0.4.5 flashinfer-python==$FLASHINFER apache-tvm-ffi==0.1.11 \
     transformers==5.12.1 tokenizers==0.22.2 xgrammar==0.2.1 \
     pydantic==2.14.4 pydantic_core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 \
     orjson==3.13.0 msgspec==0.23.0 pyzmq==27.3.0 pybase64==1.5.1 setproctitle==1.3.8 \
@@ -27,10 +38,20 @@ if [ ! -f $E/site.tar.xz ]; then
   for w in $E/dl/*.whl; do unzip -q -o "$w" -d $E/unpacked; done
   rm -rf $E/unpacked/sgl_kernel/flash_ops.abi3.so $E/unpacked/sgl_kernel/flashmla_ops.abi3.so \
          $E/unpacked/sgl_kernel/sm100 $E/unpacked/sgl_kernel/infllm_ops* $E/unpacked/xgrammar/lib $E/unpacked/xgrammar/include
+  if [ "$R" != 0.5.16 ]; then
+    # 0.5.17's native extensions outside an Engine's path (23 MB), each imported only inside a function behind its
+    # switch: the Rust server (srt/server/_core: SGLANG_RUST_SERVER), the native gRPC server (srt/grpc/_core:
+    # --grpc-port), Inkling's Rust image preprocessing (srt/multimodal/_core: SGLANG_INKLING_RS_MM_PREPROCESS)
+    rm -f $E/unpacked/sglang/srt/server/_core.*.so $E/unpacked/sglang/srt/grpc/_core.*.so \
+          $E/unpacked/sglang/srt/multimodal/_core.*.so
+  fi
   tar -C $E/unpacked -cf - . | xz -6 -T2 > $E/site.tar.xz
   rm -rf $E/unpacked
 fi
 rm -f $E/wheels/*.whl
+# setuptools keeps each project's build/ between builds and packs what it holds: a module since deleted from the
+# source went on travelling in the wheel (examples/prompt_lookup_drafter's chain.py, 2026-12-03): build afresh
+rm -rf build examples/{prompt_lookup,sbd,controlled_acceptance,dflash_block}_drafter/build
 python3 -m pip wheel -q --no-deps -w $E/wheels . examples/prompt_lookup_drafter examples/sbd_drafter \
   examples/controlled_acceptance_drafter examples/dflash_block_drafter
 # the HTTP server's imports the image lacks, seen on the H200 (2026-12-02) one at a time: sglang's openai entry

@@ -1,0 +1,129 @@
+"""tools/gpu/engine/run.sh and site.sh without a GPU: the release choice (SGLANG_RELEASE) picks the same folder in
+both, and run.sh's triton_widths phase, run with engine_check.py stood in for (it records its command line and
+configuration instead of starting SGLang), starts the engines it says: on triton, each speculative engine beside
+the plain one compare.py compares it with, each plugins.toml one the package accepts at its ndt."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+ENGINE = ROOT / "tools" / "gpu" / "engine"
+sys.path.insert(0, str(ENGINE))
+
+import compare  # noqa: E402
+import engine_check  # noqa: E402
+
+FAKE_ENGINE = """import json, os, sys
+label = sys.argv[2]
+with open(os.path.join(os.environ["OUT"], "engines.jsonl"), "a") as f:
+    f.write(json.dumps({"label": label, "argv": sys.argv[2:], "ok": True,
+                        "plugins_config": os.environ.get("SGLANG_SPEC_PLUGINS_CONFIG"),
+                        "triton_f32": os.environ.get("TRITON_F32_DEFAULT")}) + "\\n")
+"""
+
+
+def _folders(script: Path) -> dict:
+    """The release -> folder cases of a script (``0.5.16) E=...; ...;;``)."""
+    return {release: folder.replace("$PWD/", "") for release, folder in
+            re.findall(r"(0\.5\.\d+)\) E=(\S+?)\s*;", script.read_text())}
+
+
+def test_site_and_run_read_each_release_from_the_same_folder():
+    assert _folders(ENGINE / "site.sh") == _folders(ENGINE / "run.sh") == {"0.5.16": ".e2e", "0.5.17": ".e2e17"}
+    assert "/.e2e*/" in (ROOT / ".gitignore").read_text().split()
+
+
+@pytest.mark.parametrize("script", ["site.sh", "run.sh"])
+def test_a_release_neither_script_knows_stops_at_once(tmp_path, script):
+    done = subprocess.run(["bash", str(ENGINE / script)], env=dict(os.environ, SGLANG_RELEASE="0.5.18", OUT=str(tmp_path)),
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2 and "SGLANG_RELEASE=0.5.18" in done.stderr
+    assert not (ROOT / ".e2e18").exists() and list(tmp_path.iterdir()) == []
+
+
+def _run_phase(tmp_path, release, phase="triton_widths", **env):
+    """run.sh PHASE with nvidia-smi and python3 stood in for; its timeline and the engines' records."""
+    bin_dir, out = tmp_path / "bin", tmp_path / "out"
+    bin_dir.mkdir()
+    (tmp_path / "fake_engine.py").write_text(FAKE_ENGINE)
+    (bin_dir / "python3").write_text(f"#!/bin/sh\nexec {sys.executable} {tmp_path / 'fake_engine.py'} \"$@\"\n")
+    (bin_dir / "nvidia-smi").write_text("#!/bin/sh\necho 'GPU 0: stand-in'\n")
+    for stub in bin_dir.iterdir():
+        stub.chmod(0o755)
+    done = subprocess.run(["bash", str(ENGINE / "run.sh"), phase], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", OUT=str(out), NO_ARCHIVE="1",
+                                   ENGINE_LOGS=str(tmp_path / "logs"), SGLANG_RELEASE=release, **env))
+    assert done.returncode == 0, done.stderr
+    lines = (out / "engines.jsonl").read_text().splitlines() if (out / "engines.jsonl").exists() else []
+    return (out / "timeline.txt").read_text(), [json.loads(line) for line in lines]
+
+
+def _starts_in_groups(timeline: str) -> list:
+    """The engines' labels in the groups that run at once (a group ends where the next one's engines start)."""
+    groups, running = [], set()
+    for line in timeline.splitlines():
+        if m := re.search(r"START (\S+)", line):
+            if not running:
+                groups.append([])
+            groups[-1].append(m.group(1))
+            running.add(m.group(1))
+        elif m := re.search(r"END (\S+)", line):
+            running.discard(m.group(1))
+    return groups
+
+
+def test_triton_widths_serves_every_width_engine_beside_its_plain_engine(tmp_path):
+    timeline, records = _run_phase(tmp_path, "0.5.17")
+    engines = {r["label"]: (engine_check.arguments().parse_args(r["argv"]), r) for r in records}
+    assert set(engines) == {f"{p}_{what}_{cg}" for cg in ("cg", "nocg") for p, what in
+                            (("trs", "base"), ("trs", "sbd"), ("trw", "base"), ("trw", "pl_widths"), ("trw", "pl_below"))}
+    assert [len(group) for group in _starts_in_groups(timeline)] == [4, 4, 2]  # at most four engines at once
+    assert sorted(log.stem for log in (tmp_path / "logs").iterdir()) == sorted(engines)  # ENGINE_LOGS: one log each
+    configs = {}
+    for label, (args, record) in engines.items():
+        assert args.backend == "triton" and args.dtype == "float16" and record["triton_f32"] is None
+        assert args.cuda_graph == label.endswith("_cg")
+        base = compare.baseline_of(label)
+        if base is None:
+            assert args.spec is None and record["plugins_config"] is None
+            continue
+        plain, _ = engines[base]  # compare.py's plain engine: same model, prompts, lengths, batches, graphs
+        assert (plain.model, plain.staggered, plain.batches, plain.new_tokens, plain.cuda_graph, plain.dtype) == \
+            (args.model, args.staggered, args.batches, args.new_tokens, args.cuda_graph, args.dtype)
+        configs[label] = (args.spec, args.ndt, Path(record["plugins_config"]).name)
+    assert configs == {**{f"trs_sbd_{cg}": ("SBD", 8, "plugins_sbd.toml") for cg in ("cg", "nocg")},
+                       **{f"trw_pl_widths_{cg}": ("PROMPT_LOOKUP", 4, "plugins_widths.toml") for cg in ("cg", "nocg")},
+                       **{f"trw_pl_below_{cg}": ("PROMPT_LOOKUP", 4, "plugins_below.toml") for cg in ("cg", "nocg")}}
+    assert engines["trs_base_cg"][0].model == "/tmp/tiny-favoured" and engines["trw_base_cg"][0].staggered
+
+
+def test_triton_widths_in_float32_sets_ieee_dots(tmp_path):
+    _, records = _run_phase(tmp_path, "0.5.17", TW_DTYPE="float32")
+    assert len(records) == 10 and all(r["triton_f32"] == "ieee" and "float32" in r["argv"] for r in records)
+
+
+def test_triton_widths_is_skipped_on_0_5_16(tmp_path):
+    timeline, records = _run_phase(tmp_path, "0.5.16")
+    assert records == [] and "SKIP triton_widths" in timeline
+
+
+@pytest.mark.sglang  # the plugins.toml files enable the example drafters, installed with SGLang's environment
+def test_each_triton_widths_config_verifies_below_ndt():
+    from sglang_spec_plugins.plugins import discover_configured
+    from sglang_spec_plugins.policy import build_policies
+
+    for name, algorithm, ndt, widths in (("plugins_sbd.toml", "SBD", 8, (2, 4, 8)),
+                                          ("plugins_widths.toml", "PROMPT_LOOKUP", 4, (2, 4)),
+                                          ("plugins_below.toml", "PROMPT_LOOKUP", 4, (2,))):
+        _, policies = build_policies(discover_configured(ENGINE / name), tolerate=False)
+        policy = policies[algorithm]
+        policy.validate(ndt)
+        assert policy.candidate_widths(ndt, False) == widths, name
