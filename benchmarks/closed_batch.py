@@ -9,7 +9,8 @@ steps beyond the mean at width 8 than at 4, and the tail steps cost nearly a ful
 
 This replays that model (the CONTROLLED_ACCEPTANCE drafter's own draws: independent keeps at ``alpha``) with
 the per-step times the controller itself logged on the H200 (``results/e2e_speculative_h200_gapfix_ndt8_logs.tar.xz``,
-the ``ms per step`` of each slot's width in its INFO lines, median per slot and width), a step of ``b`` live
+the ``ms per step`` of each slot's width in its INFO lines, median per slot and width: those logs' format, from
+before the controller kept its times per graph size), a step of ``b`` live
 requests costing ``t_w * (fixed + (1 - fixed) * b / batch)`` for a few shares ``fixed`` of a step that does
 not shrink with the batch; and prints, per cell where the controller chose 8 and static 4 was faster end to
 end, the steady rate and the closed batch's time at each width, beside the engines' measured tokens/s.

@@ -50,8 +50,8 @@ def controller_step_us(settings: AcceptanceSettings) -> dict:
     def one_step():
         width = controller.width(slot)
         clock.start()
-        clock.stop(slot, width)
-        controller.observe(slot, width, BATCH + (step["n"] % 3) * BATCH, BATCH)
+        clock.stop(slot, width, BATCH)
+        controller.observe(slot, width, BATCH + (step["n"] % 3) * BATCH, BATCH, BATCH)
         step["n"] += 1
         if controller.due(slot):
             controller.decide(slot, clock.take(slot))
@@ -62,7 +62,7 @@ def controller_step_us(settings: AcceptanceSettings) -> dict:
     decide_only = WidthsByAcceptance(TABLE, settings, log=False)
     decide_only.observe(slot, decide_only.width(slot), 2 * BATCH, BATCH)
     return {"step_us": per_call_us(one_step, 20000),
-            "decide_us": per_call_us(lambda: decide_only.decide(slot, {2: 0.01, 4: 0.015}), 20000),
+            "decide_us": per_call_us(lambda: decide_only.decide(slot, {(BATCH, 2): 0.01, (BATCH, 4): 0.015}), 20000),
             "switches_in_the_first_200_steps": switches}
 
 

@@ -17,22 +17,34 @@ per request (the accepted drafts, then the target's own token). Per slot:
   step's weight); ``a`` is what that EMA says (:func:`acceptance_from`);
 * every ``interval_steps`` steps after the first ``warmup_steps``
   (:meth:`~WidthsByAcceptance.due`), :meth:`~WidthsByAcceptance.decide` takes
-  the mean seconds per step of each width the slot ran at since its last
-  decision (an EMA per width), and predicts each candidate's committed tokens
-  per second, ``E(w) / T(w)``. The time of a width the slot never ran at is
-  extrapolated linearly from the two measured widths nearest it (from one
-  measured width ``w0``: ``T(w0) * sqrt(w / w0)``, half-way between a step whose
-  cost does not grow with its tokens and one whose cost grows in proportion).
-  When the best candidate beats the slot's width by more than ``margin`` (the
-  hysteresis) the slot moves one candidate towards it (``E`` rises and flattens
-  with the width while ``T`` rises ever faster, so the rate has one peak and
-  the path to it climbs); otherwise an unmeasured neighbour predicted within
-  ``explore`` of the current width is tried for one interval, after which it
-  is measured. A width's seconds count as measured for ``retime_after``
-  decisions after the slot last ran at it: an older time (one noisy interval,
-  or a cost that has moved since) is predicted again like a width never run,
-  so a neighbour it made look slow is tried again rather than ruled out for
-  good;
+  the mean seconds per step of each (size, width) the slot ran at since its
+  last decision (an EMA per (size, width)), and predicts each candidate's
+  committed tokens per second, ``E(w) / T(w)``, at one size: a step's *size*
+  is the batch size of the CUDA graph it replays (a slot of 64-127 requests
+  replays the graph of 64 or of 128, which cost differently at every width),
+  or its own batch size where it runs eagerly; the caller says it with each
+  step (:meth:`~WidthsByAcceptance.observe`). The size compared at is the size
+  of the slot's latest step (what its next steps most likely run at); where no
+  width counts as measured at that size, the nearest size where one does (the
+  smaller of two as near), its times as they are (a decision compares the
+  candidates' rates with each other, so one factor common to a size's times
+  would change nothing); where none is, every width alike (acceptance alone
+  decides). Times at other sizes never enter a decision: a width timed only
+  at 128 is not compared with one timed at 64. The time of a width not timed
+  at the size compared at is extrapolated linearly from the two widths
+  measured there nearest it (from one measured width ``w0``:
+  ``T(w0) * sqrt(w / w0)``, half-way between a step whose cost does not grow
+  with its tokens and one whose cost grows in proportion). When the best
+  candidate beats the slot's width by more than ``margin`` (the hysteresis)
+  the slot moves one candidate towards it (``E`` rises and flattens with the
+  width while ``T`` rises ever faster, so the rate has one peak and the path
+  to it climbs); otherwise a neighbour unmeasured at that size and predicted
+  within ``explore`` of the current width is tried for one interval, after
+  which it is measured there. A (size, width)'s seconds count as measured for
+  ``retime_after`` decisions after the slot last ran at it: an older time (one
+  noisy interval, or a cost that has moved since) is predicted again like a
+  width never run, so a neighbour it made look slow is tried again rather
+  than ruled out for good;
 * at width 1 no draft is verified, so nothing says whether acceptance has
   come back: after ``probe_after`` decisions there the slot tries its next
   width for one interval, its EMA started afresh from that interval's steps.
@@ -41,11 +53,12 @@ A slot's first estimate of ``a`` is the latest any slot made (acceptance is
 the drafter's and the requests', not the batch size's), 0.5 before any.
 
 Agreement across tensor-parallel ranks: a decision is a function of the
-accept counts, the batch sizes, the step counts and the seconds ``decide`` is
-given, in the order given, with Python floats. SGLang computes the accept
-counts on every rank from the same logits (gathered across ranks before the
-argmax) and schedules the same batches on every rank, so those inputs agree;
-the seconds are each rank's own clock, and the caller agrees them
+accept counts, the batch sizes, the steps' sizes, the step counts and the
+seconds ``decide`` is given, in the order given, with Python floats. SGLang
+computes the accept counts on every rank from the same logits (gathered
+across ranks before the argmax) and schedules the same batches on every rank
+(replayed on the same graphs), so those inputs agree; the seconds are each
+rank's own clock, and the caller agrees them
 (:mod:`sglang_spec_plugins.engine.step_times` averages them over the ranks at
 each decision) before handing them in. Same inputs, same arithmetic: same
 widths on every rank.
@@ -178,7 +191,9 @@ class _Slot:
     width: int
     committed: float  # EMA of committed tokens per request at ``width``
     acceptance: float
-    times: Dict[int, Tuple[float, int]]  # per width run at: EMA of seconds per step, the decision that last timed it
+    times: Dict[Tuple[int, int], Tuple[float, int]]  # per (size, width) run at: EMA of seconds per step, the decision
+    # that last timed it
+    size: Optional[int] = None  # the size of the latest step observed
     decisions: int = 0
     steps: int = 0  # steps observed
     decisions_at_one: int = 0  # decisions since the slot came to (or last probed from) width 1
@@ -201,13 +216,16 @@ class WidthsByAcceptance:
         """The width the slot's next step verifies at."""
         return self._slot(slot).width
 
-    def observe(self, slot: int, width: int, committed_total: int, requests: int) -> None:
+    def observe(self, slot: int, width: int, committed_total: int, requests: int, size: Optional[int] = None) -> None:
         """One step of ``slot`` at ``width`` (the slot's own, or another a worker
-        chose): ``requests`` requests committed ``committed_total`` tokens together."""
+        chose): ``requests`` requests committed ``committed_total`` tokens together;
+        ``size``: the batch size of the CUDA graph the step replayed (left out:
+        ``requests``, a step run eagerly)."""
         if requests < 1:
             return
         s = self._slot(slot)
         s.steps += 1
+        s.size = requests if size is None else size
         if width <= 1:
             return  # nothing was drafted: no acceptance to learn
         mean = committed_total / requests
@@ -222,17 +240,19 @@ class WidthsByAcceptance:
         s, cfg = self._slot(slot), self.settings
         return s.steps > cfg.warmup_steps and (s.steps - cfg.warmup_steps) % cfg.interval_steps == 0
 
-    def decide(self, slot: int, seconds: Mapping[int, float]) -> Optional[int]:
+    def decide(self, slot: int, seconds: Mapping[Tuple[int, int], float]) -> Optional[int]:
         """The slot's decision: ``seconds`` is the mean seconds per step of each
-        width it ran at in the interval. Returns the new width, None to stay."""
+        (size, width) it ran at in the interval (:meth:`.engine.step_times.StepClock.take`).
+        Returns the new width, None to stay."""
         s, cfg = self._slot(slot), self.settings
         s.decisions += 1
         timed = self._timed(s)  # before this interval's times: an expired one is replaced, not blended
-        for width, value in sorted(seconds.items()):
+        s.times = {key: entry for key, entry in s.times.items() if key in timed}  # an expired one is never read again
+        for key, value in sorted(seconds.items()):
             if value > 0 and math.isfinite(value):
-                old = timed.get(width)
-                s.times[width] = (value if old is None else (1 - cfg.ema_weight) * old + cfg.ema_weight * value,
-                                  s.decisions)
+                old = timed.get(key)
+                s.times[key] = (value if old is None else (1 - cfg.ema_weight) * old + cfg.ema_weight * value,
+                                s.decisions)
         if s.width > 1:
             s.acceptance = acceptance_from(s.committed, s.width)
             self._latest_acceptance = s.acceptance
@@ -244,15 +264,20 @@ class WidthsByAcceptance:
 
     def describe(self) -> str:
         """One line of every slot's state, for the log: its width, candidates, committed tokens and
-        acceptance, and the seconds per step of each width it counts as measured."""
+        acceptance, the size of its latest step, and the seconds per step of each (size, width) it
+        counts as measured (``size 64 width 4: 10.00, width 8: 12.50, size 128 width 4: ...``, in ms)."""
         parts = []
         for bound, s in zip(self.table.bounds, self._slots):
             if s is None:
                 continue
-            timed = self._timed(s)  # every width it counts as measured: what its next decision compares
-            times = ", ".join(f"{w}: {t * 1e3:.2f}" for w, t in sorted(timed.items()))
+            times, size = [], None
+            for (z, w), t in sorted(self._timed(s).items()):  # every (size, width) it counts as measured
+                times.append(f"{'' if z == size else f'size {z} '}width {w}: {t * 1e3:.2f}")
+                size = z
             parts.append(f"{bound}+ requests: width {s.width} of {list(s.candidates)} (committed {s.committed:.2f} per "
-                         f"request, acceptance {s.acceptance:.2f}" + (f", ms per step at width {times})" if times else ")"))
+                         f"request, acceptance {s.acceptance:.2f}"
+                         + ("" if s.size is None else f", latest size {s.size}")
+                         + (f", ms per step at {', '.join(times)})" if times else ")"))
         return "; ".join(parts) or "no step yet"
 
     # -- the rule ---------------------------------------------------------
@@ -264,7 +289,7 @@ class WidthsByAcceptance:
             if s.decisions_at_one >= cfg.probe_after:
                 s.decisions_at_one = 0
                 return s.candidates[1]  # probe: is speculation winning again?
-        timed = self._timed(s)
+        timed = self._timed_at(s)
         rate = {w: expected_committed(s.acceptance, w) / _predicted_seconds(timed, w) for w in s.candidates}
         best = max(s.candidates, key=lambda w: (rate[w], w == s.width, -w))
         if rate[best] > rate[s.width] * (1 + cfg.margin):
@@ -273,9 +298,21 @@ class WidthsByAcceptance:
         unmeasured = [w for w in neighbours if w not in timed and rate[w] >= rate[s.width] * (1 - cfg.explore)]
         return max(unmeasured, key=lambda w: (rate[w], -w)) if unmeasured else s.width
 
-    def _timed(self, s: _Slot) -> Dict[int, float]:
-        """The slot's seconds per step of the widths still counted as measured (see the module doc)."""
-        return {w: t for w, (t, timed_at) in s.times.items() if s.decisions - timed_at <= self.settings.retime_after}
+    def _timed(self, s: _Slot) -> Dict[Tuple[int, int], float]:
+        """The slot's seconds per step of the (size, width)s still counted as measured (see the module doc)."""
+        return {key: t for key, (t, timed_at) in s.times.items() if s.decisions - timed_at <= self.settings.retime_after}
+
+    def _timed_at(self, s: _Slot) -> Dict[int, float]:
+        """The seconds per step by width at the size a decision compares at (see the module doc):
+        the latest step's size, else the nearest size with a width measured (before any step is
+        observed: the smallest); empty where none is."""
+        timed = self._timed(s)
+        sizes = sorted({z for z, _ in timed})
+        if not sizes:
+            return {}
+        size = s.size if s.size in sizes else (
+            sizes[0] if s.size is None else min(sizes, key=lambda z: (abs(z - s.size), z)))
+        return {w: t for (z, w), t in timed.items() if z == size}
 
     def _switch(self, index: int, s: _Slot, new: int) -> None:
         if new == 1:

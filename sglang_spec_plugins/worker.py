@@ -43,7 +43,7 @@ Importing this module does not import SGLang; the functions do.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .engine.algorithm import policy_for, required_policy
 from .engine.draft_worker import draft_model_worker_base, sglang_name
@@ -55,7 +55,7 @@ from .engine.worker_base import ModelFreeDraftWorker, ModelFreeRunner, worker_ba
 from .engine.worker_contract import WorkerContract, check_worker, contract
 from .errors import EngineError, is_plain_int
 from .widths_by_acceptance import AcceptanceSettings, WidthsByAcceptance
-from .widths_by_batch_size import WidthSchedule, WidthsByBatchSize
+from .widths_by_batch_size import WidthSchedule, WidthsByBatchSize, graph_sizes, padded_size
 
 _UNRESOLVED = object()
 
@@ -96,7 +96,10 @@ class StepWidths:
     a worker's own tests pass theirs); left out, a runner on a CUDA device
     times steps with events on its stream, so that ``record`` never makes the
     host wait for the GPU: the accept counts and the step's time are read at
-    the next ``at``, once the scheduler has waited for the step's tokens. The schedule is resolved at the first
+    the next ``at``, once the scheduler has waited for the step's tokens. A step is timed by its width and its
+    size: the captured size whose graph it replays at that width (:func:`~.widths_by_batch_size.graph_size`),
+    or its batch size where it runs eagerly; the controller compares widths timed at one size
+    (:mod:`~.widths_by_acceptance`). The schedule is resolved at the first
     ``at``, once the runner's decode CUDA graphs are captured. Imports SGLang; EngineError for a runner whose
     algorithm is not a plugin algorithm; ConfigError for a plugins.toml
     ``widths_by_acceptance`` without widths to choose from (the start-up
@@ -125,8 +128,10 @@ class StepWidths:
         self._schedule: Any = _UNRESOLVED  # then a WidthSchedule, or None: one width
         self._timer = HostTimer(now) if now is not None else timer_for(getattr(model_runner, "device", "cpu"))
         self._clock = StepClock(self._timer)
-        self._step: Optional[Tuple[Optional[int], int]] = None  # (bucket, width) of the step at() answered
-        self._recorded: Optional[Tuple[Optional[int], int, Any, int]] = None  # (bucket, width, count, requests) unread
+        self._step: Optional[Tuple[Optional[int], int, int]] = None  # (bucket, width, size) of the step at() answered
+        self._recorded: Optional[Tuple[Optional[int], int, int, Any, int]] = None  # (bucket, width, size, count,
+        # requests) unread
+        self._graph_sizes: Dict[int, Tuple[int, ...]] = {}  # per width: the captured sizes with a graph at it
 
     def at(self, batch_size: int, width: Optional[int] = None) -> int:
         """The width of this step, for a batch of ``batch_size`` requests;
@@ -144,10 +149,23 @@ class StepWidths:
             width = self._controller.width(bucket)
         else:
             width = self.maximum if schedule is None else schedule.buckets.widths[bucket][-1]
-        self._step, self.latest = (bucket, width), width
+        self.latest = width
         if self._controller is not None:
+            self._step = (bucket, width, self._size(schedule, batch_size, width))
             self._clock.start()
         return width
+
+    def _size(self, schedule: Any, batch_size: int, width: int) -> int:
+        """The size of a step of ``batch_size`` requests at ``width``, what the controller
+        times it by: the captured size whose graph at that width it replays, else (eager)
+        its own batch size."""
+        if schedule is None or schedule.capture_sizes is None:
+            return batch_size
+        sizes = self._graph_sizes.get(width)
+        if sizes is None:
+            sizes = self._graph_sizes[width] = graph_sizes(schedule.buckets, width, schedule.capture_sizes)
+        padded = padded_size(batch_size, sizes)
+        return batch_size if padded is None else padded
 
     def choices(self, batch_size: int) -> Tuple[int, ...]:
         """The widths of the bucket a batch of ``batch_size`` falls in (of the
@@ -155,8 +173,6 @@ class StepWidths:
         schedule = self._resolved()
         if schedule is None:
             return (self.maximum,)
-        from .widths_by_batch_size import padded_size
-
         padded = padded_size(batch_size, schedule.capture_sizes)
         return schedule.buckets.widths_at(batch_size if padded is None else padded)
 
@@ -167,19 +183,19 @@ class StepWidths:
         Nothing is read back from the GPU here: the controller learns at the next ``at``."""
         if self._controller is None or self._step is None:
             return
-        (bucket, width), self._step = self._step, None
+        (bucket, width, size), self._step = self._step, None
         count = self._timer.keep(accept_lens.sum()) if hasattr(accept_lens, "sum") else sum(accept_lens)
-        self._clock.stop(bucket, width)
-        self._recorded = (bucket, width, count, len(accept_lens))
+        self._clock.stop(bucket, width, size)
+        self._recorded = (bucket, width, size, count, len(accept_lens))
 
     def _learn(self) -> None:
         """Hand the controller the step ``record`` took last (and, when it is due, its decision)."""
         if self._recorded is None:
             return
-        (bucket, width, count, requests), self._recorded = self._recorded, None
+        (bucket, width, size, count, requests), self._recorded = self._recorded, None
         self._clock.settle()
         controller = self._controller
-        controller.observe(bucket, width, int(count), requests)
+        controller.observe(bucket, width, int(count), requests, size)
         if controller.due(bucket):
             controller.decide(bucket, agreed(self._runner, self._clock.take(bucket)))
 

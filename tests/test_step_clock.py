@@ -1,5 +1,5 @@
-"""engine/step_times.StepClock (pure, no SGLang): what a step costs the acceptance controller, the
-scheduler's time after each step counted to that step's width."""
+"""engine/step_times.StepClock (pure, no SGLang): what a step costs the acceptance controller, per graph
+size and width, the scheduler's time after each step counted to that step's size and width."""
 
 from sglang_spec_plugins.engine.step_times import HostTimer, StepClock
 from sglang_spec_plugins.widths_by_acceptance import AcceptanceSettings, WidthsByAcceptance, expected_committed
@@ -22,10 +22,30 @@ def test_the_time_after_a_step_is_that_step_s_width_s():
     for width, span, gap in [(4, 0.010, 0.003), (8, 0.016, 0.006)] * 20:
         clock.start()
         now.seconds += span
-        clock.stop(0, width)
+        clock.stop(0, width, 64)
         now.seconds += gap
     times = clock.take(0)
-    assert abs(times[4] - 0.013) < 1e-6 and abs(times[8] - 0.022) < 1e-6, times
+    assert list(times) == [(64, 4), (64, 8)]
+    assert abs(times[(64, 4)] - 0.013) < 1e-6 and abs(times[(64, 8)] - 0.022) < 1e-6, times
+
+
+def test_a_width_at_two_graph_sizes_is_timed_at_each():
+    """A slot's steps at width 4 on the graph of 64 (10 ms, 2 ms after) and of 128 (16 ms, 4 ms after) in
+    turn: two times, each its own size's step and gap, in (size, width) order; a slot's take leaves the others'."""
+    now = Clock()
+    clock = StepClock(HostTimer(now))
+    for size, span, gap in [(128, 0.016, 0.004), (64, 0.010, 0.002)] * 10:
+        clock.start()
+        now.seconds += span
+        clock.stop(1, 4, size)
+        now.seconds += gap
+    clock.start()
+    now.seconds += 0.005
+    clock.stop(0, 4, 64)
+    times = clock.take(1)
+    assert list(times) == [(64, 4), (128, 4)]
+    assert abs(times[(64, 4)] - 0.012) < 1e-9 and abs(times[(128, 4)] - 0.020) < 1e-9, times
+    assert list(clock.take(0)) == [(64, 4)] and clock.take(1) == {}
 
 
 def test_a_gap_longer_than_the_step_is_counted_up_to_the_step_and_a_width_without_one_takes_the_mean():
@@ -34,14 +54,14 @@ def test_a_gap_longer_than_the_step_is_counted_up_to_the_step_and_a_width_withou
     for span, gap in [(0.010, 0.002), (0.010, 0.500), (0.010, 0.002)]:  # a prefill in the second gap
         clock.start()
         now.seconds += span
-        clock.stop(0, 4)
+        clock.stop(0, 4, 8)
         now.seconds += gap
     clock.start()
     now.seconds += 0.010
-    clock.stop(1, 2)  # the first step of slot 1: nothing after it yet
+    clock.stop(1, 2, 8)  # the first step of slot 1: nothing after it yet
     # gaps 2 ms, 10 ms (the 0.5 s counted up to the step's own), 2 ms: running means 2, 3.6, 3.28 ms
-    assert abs(clock.take(0)[4] - 0.01328) < 1e-9
-    assert abs(clock.take(1)[2] - 0.01328) < 1e-9  # no gap after slot 1's step yet: every gap's mean
+    assert abs(clock.take(0)[(8, 4)] - 0.01328) < 1e-9
+    assert abs(clock.take(1)[(8, 2)] - 0.01328) < 1e-9  # no gap after slot 1's step yet: every gap's mean
 
 
 def test_the_controller_finds_the_best_width_when_taking_in_tokens_costs_the_scheduler():
@@ -59,7 +79,7 @@ def test_the_controller_finds_the_best_width_when_taking_in_tokens_costs_the_sch
         widths.append(width)
         clock.start()
         now.seconds += 0.001 + 0.0012 * width
-        clock.stop(0, width)
+        clock.stop(0, width, requests)
         committed = expected_committed(0.9, width)
         now.seconds += 0.002 * committed
         controller.observe(0, width, round(committed * requests), requests)

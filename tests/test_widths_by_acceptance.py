@@ -17,7 +17,7 @@ from sglang_spec_plugins.widths_by_acceptance import (
     acceptance_from,
     expected_committed,
 )
-from sglang_spec_plugins.widths_by_batch_size import WidthsByBatchSize
+from sglang_spec_plugins.widths_by_batch_size import WidthsByBatchSize, padded_size
 
 TABLE = WidthsByBatchSize.parse({1: [1, 2, 4, 8, 16], 8: [1, 2, 4, 8], 64: [1, 2]})
 QUICK = AcceptanceSettings(warmup_steps=2, interval_steps=2)
@@ -65,10 +65,11 @@ def test_bad_settings(value, message):
         AcceptanceSettings.parse(value)
 
 
-def run(controller, slot, steps, acceptance, seconds, batch=64, rng=None):
+def run(controller, slot, steps, acceptance, seconds, batch=64, rng=None, size=None):
     """Serve ``steps`` steps of ``batch`` requests in ``slot``: each request commits what ``acceptance``
-    gives (its mean, or a draw per request with ``rng``); a step at width w takes ``seconds(w)``.
-    The interval's seconds reach ``decide`` as a worker hands them. Returns the widths, step by step."""
+    gives (its mean, or a draw per request with ``rng``); a step at width w takes ``seconds(w)``, on the
+    graph of ``size`` (left out: eager, the batch's own size). The interval's seconds reach ``decide``
+    as a worker hands them, by (size, width). Returns the widths, step by step."""
     widths, times = [], {}
     for _ in range(steps):
         w = controller.width(slot)
@@ -77,8 +78,8 @@ def run(controller, slot, steps, acceptance, seconds, batch=64, rng=None):
             committed = round(expected_committed(acceptance, w) * batch)
         else:
             committed = sum(1 + next((k for k in range(w - 1) if rng.random() >= acceptance), w - 1) for _ in range(batch))
-        controller.observe(slot, w, committed, batch)
-        times.setdefault(w, []).append(seconds(w))
+        controller.observe(slot, w, committed, batch, size)
+        times.setdefault((batch if size is None else size, w), []).append(seconds(w))
         if controller.due(slot):
             controller.decide(slot, {k: sum(v) / len(v) for k, v in times.items()})
             times = {}
@@ -133,16 +134,18 @@ def test_it_settles_near_the_best_width_when_acceptance_is_noisy(acceptance, cos
 @given(st.lists(st.tuples(st.integers(0, 2), st.integers(1, 128), st.floats(0.0, 1.0), st.floats(1e-3, 1.0)),
                 min_size=1, max_size=80))
 def test_two_controllers_fed_the_same_steps_choose_the_same_widths(steps):
-    """What keeps tensor-parallel ranks together: the widths are a function of what was fed in."""
+    """What keeps tensor-parallel ranks together: the widths are a function of what was fed in
+    (the steps' graph sizes among it)."""
     a, b = WidthsByAcceptance(TABLE, QUICK, log=False), WidthsByAcceptance(TABLE, QUICK, log=False)
     for slot, requests, accepted, seconds in steps:
         chosen = a.width(slot)
         assert b.width(slot) == chosen and chosen in TABLE.widths[slot]
         committed = requests + round(accepted * (chosen - 1) * requests)
+        size = padded_size(requests, (1, 8, 32, 64, 128))
         for c in (a, b):
-            c.observe(slot, chosen, committed, requests)
+            c.observe(slot, chosen, committed, requests, size)
             if c.due(slot):
-                c.decide(slot, {chosen: seconds})
+                c.decide(slot, {(size, chosen): seconds})
     assert [a.width(i) for i in range(3)] == [b.width(i) for i in range(3)] and a.switches == b.switches
 
 
@@ -193,16 +196,96 @@ def test_a_step_at_another_width_informs_the_slot_s_own():
     c = WidthsByAcceptance(TABLE, AcceptanceSettings(warmup_steps=0, interval_steps=1, ema_weight=1.0))
     assert c.width(0) == 4
     c.observe(0, 8, round(expected_committed(0.8, 8) * 10), 10)  # a worker chose 8 this step
-    c.decide(0, {8: 1.0})
+    c.decide(0, {(10, 8): 1.0})
     assert "acceptance 0.80" in c.describe()
 
 
-def test_the_log_line_shows_the_time_of_every_width_the_next_decision_compares():
+def test_the_log_line_shows_the_time_of_every_size_and_width_counted_as_measured():
     c = WidthsByAcceptance(TABLE, AcceptanceSettings(warmup_steps=0, interval_steps=1, ema_weight=1.0, explore=0.0))
     c.observe(0, 4, 25, 10)
-    c.decide(0, {4: 0.010, 8: 0.0125})
+    c.decide(0, {(10, 4): 0.010, (10, 8): 0.0125})
     assert "1+ requests: width 4 of [1, 2, 4, 8, 16] (committed 2.50 per request, acceptance " in c.describe()
-    assert c.describe().endswith("ms per step at width 4: 10.00, 8: 12.50)")
+    assert c.describe().endswith("latest size 10, ms per step at size 10 width 4: 10.00, width 8: 12.50)")
+    c.observe(0, 4, 100, 40, 64)
+    c.decide(0, {(64, 4): 0.020})
+    assert c.describe().endswith("latest size 64, ms per step at size 10 width 4: 10.00, width 8: 12.50, "
+                                 "size 64 width 4: 20.00)")
+    assert "\n" not in c.describe() and "; " not in c.describe()  # one line; "; " parts slots
+
+
+CONFOUND = WidthsByBatchSize.parse({1: [1, 2, 4, 8], 64: [2, 4, 8]})
+"""Slot 1 covers batches of 33-128 under graphs of 1, 8, 32, 64 and 128: they replay the graph of 64 or of 128."""
+
+
+def test_widths_timed_at_another_graph_size_are_not_compared():
+    """The confound seen on an H200: an engine serves a cell of 100 requests (the graph of 128), then one of 64
+    (the graph of 64). The slot times width 4 at 128 only, moves to 8 and times 8 at 64 only. At 64, width 4
+    (10 ms) beats 8 (12 ms) at acceptance 0.6; width 4's 16 ms at 128 says nothing about it there. Compared at
+    the size of its steps, the slot predicts 4 from 8's time at 64 and moves to it; the old rule (one time per
+    width, whatever graph it was timed on: every step reported at one size) kept 8, 4 looking slow at 16 ms."""
+    seconds = {(64, 4): 0.010, (64, 8): 0.012, (128, 4): 0.016, (128, 8): 0.022}
+    rate = {w: expected_committed(0.6, w) / seconds[(64, w)] for w in (4, 8)}
+    assert rate[4] > rate[8] * (1 + AcceptanceSettings().margin)  # at 64, 4 is the better width
+
+    def serve(size_of):
+        c = WidthsByAcceptance(CONFOUND, AcceptanceSettings(warmup_steps=0, interval_steps=1, ema_weight=1.0), log=False)
+        assert c.width(1) == 4
+        c.observe(1, 4, round(expected_committed(0.9, 4) * 100), 100, size_of(128))
+        assert c.decide(1, {(size_of(128), 4): seconds[(128, 4)]}) == 8  # 8 predicted the faster at acceptance 0.9
+        c.observe(1, 8, round(expected_committed(0.6, 8) * 64), 64, size_of(64))
+        return c.decide(1, {(size_of(64), 8): seconds[(64, 8)]}), c.describe()
+
+    decision, line = serve(lambda size: size)
+    assert decision == 4, line
+    assert line.endswith("latest size 64, ms per step at size 64 width 8: 12.00, size 128 width 4: 16.00)")
+    assert serve(lambda size: 1)[0] is None  # the old rule stays at 8
+
+
+def test_two_cells_one_after_another_each_at_its_own_graph_size():
+    """200 steps of 100 requests on the graph of 128 (a step of w tokens 4 + 4w ms: width 4 the best, 8 timed
+    now and then), then 64 requests on the graph of 64 (4 + w ms: width 8 the best by 10%), acceptance 0.9.
+    The slot moves to 8 at its first decision at 64; the old rule (every step at one size) held 4 for 84
+    steps, 8's 36 ms at 128 still counted as its time."""
+    def cells(size_of):
+        c = WidthsByAcceptance(CONFOUND, AcceptanceSettings(), log=False)
+        run(c, 1, 200, 0.9, lambda w: 0.004 + 0.004 * w, batch=100, size=size_of(128))
+        return run(c, 1, 200, 0.9, lambda w: 0.004 + 0.001 * w, batch=64, size=size_of(64))
+
+    at_64 = cells(lambda size: size)
+    assert at_64[:4] == [4] * 4 and at_64.count(8) >= 190, at_64
+    old = cells(lambda size: 1)
+    assert old[:80] == [4] * 80, old
+
+
+def test_a_size_without_a_measured_width_is_compared_at_the_nearest_measured_size():
+    """A step whose time was not read (a mark inside a capture) leaves its size unmeasured: the decision
+    compares the widths at the nearest size timed (the smaller of two as near), else all alike."""
+    table = WidthsByBatchSize.parse({1: [2, 4, 8]})
+    stays = {4: 0.008, 8: 0.012}  # acceptance 0.7: width 4 the best
+    moves = {4: 0.020, 8: 0.021}  # 8 the best
+
+    def decision(times, latest=64):
+        c = WidthsByAcceptance(table, AcceptanceSettings(warmup_steps=0, interval_steps=1, ema_weight=1.0), log=False)
+        c.observe(0, 4, round(expected_committed(0.7, 4) * 10 ** 6), 10 ** 6, latest)
+        return c.decide(0, {(size, w): t for size, by_width in times.items() for w, t in by_width.items()})
+
+    assert decision({32: stays, 128: moves}) is None  # 32 is the nearer
+    assert decision({32: moves, 128: stays}) == 8
+    assert decision({32: stays, 96: moves}) is None and decision({32: moves, 96: stays}) == 8  # as near: the smaller
+    assert decision({64: stays, 32: moves}) is None  # its own size first
+    assert decision({}) == 8  # nothing timed: acceptance alone (width 8 commits the most)
+    unobserved = WidthsByAcceptance(table, AcceptanceSettings(warmup_steps=0, interval_steps=1), log=False)
+    assert unobserved.decide(0, {(32, 4): 0.020, (32, 8): 0.0185, (128, 4): 0.008, (128, 8): 0.012}) == 8  # no step
+    # observed (acceptance 0.5, the prior): the smallest size; at 128 it would have moved to 2
+
+
+def test_a_width_timed_at_another_size_is_still_unmeasured_at_this_one():
+    """At acceptance 0.75 width 8, predicted from 4's time alone, is within explore of 4 but not better: the
+    slot tries it for an interval, though 8 was timed (slowly) at size 128; the old rule counted that time."""
+    c = WidthsByAcceptance(WidthsByBatchSize.parse({1: [2, 4, 8]}),
+                           AcceptanceSettings(warmup_steps=0, interval_steps=1, ema_weight=1.0), log=False)
+    c.observe(0, 4, round(expected_committed(0.75, 4) * 10 ** 6), 10 ** 6, 64)
+    assert c.decide(0, {(64, 4): 0.010, (128, 8): 0.050}) == 8
 
 
 def test_an_info_line_every_log_every_switches_and_none_when_quiet(caplog):

@@ -5,9 +5,16 @@
 verify): the step's own work, drafting and the verify forward. The scheduler's
 time from a ``record`` to the next ``at`` (taking in the step's tokens, which
 grows with the tokens it committed) is part of the cost of the step before it:
-kept as a running mean per (slot, width) of that step, each gap counted up to
-the step's own time (a longer gap held other work: a prefill, an idle wait).
-A width whose steps have no gap after them yet takes the mean of all gaps.
+kept as a running mean per (slot, size, width) of that step, each gap counted up
+to the step's own time (a longer gap held other work: a prefill, an idle wait).
+A (size, width) whose steps have no gap after them yet takes the mean of all gaps.
+
+A step's *size* is what its cost scales with besides its width: the batch size
+of the CUDA graph it replays (a slot of 64-127 requests replays the graph of 64
+or of 128), or its own batch size where it runs eagerly (``StepWidths.at`` works
+it out). Steps are summed per (slot, size, width), and :meth:`StepClock.take`
+hands a slot's seconds keyed by (size, width): a width timed at one size is
+never averaged with, nor compared against, the same width at another.
 
 A clock reads its times through a timer. :class:`HostTimer` reads a host
 clock at each mark: right where the host has waited for the step's work (a
@@ -17,7 +24,7 @@ for the GPU in the middle of a step; the seconds between two marks are read
 later (:meth:`StepClock.settle`, at the next step's ``at``), once the
 scheduler has waited for the step's tokens and the events have passed.
 
-:func:`agreed` averages per-width seconds over the tensor-parallel ranks of
+:func:`agreed` averages the seconds per (size, width) over the tensor-parallel ranks of
 the model runner (one all-reduce on the CPU group of SGLang's TP group), so
 that every rank hands the controller the same numbers; every rank calls it
 at the same step, where the controller decides (its step counts are the same
@@ -27,9 +34,10 @@ on every rank).
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
 
 _GAP_WEIGHT = 0.2
+K = TypeVar("K")
 
 
 class HostTimer:
@@ -121,33 +129,34 @@ def timer_for(device: Any) -> Any:
 
 
 class StepClock:
-    """Times the steps between ``start`` and ``stop``, summed per (slot, width) until :meth:`take`."""
+    """Times the steps between ``start`` and ``stop``, summed per (slot, size, width) until :meth:`take`."""
 
     def __init__(self, timer: Any = None):
         self._timer = timer or HostTimer()
         self._started: Optional[Tuple[Any, Any]] = None  # (this step's start mark, the last step: _last)
-        self._last: Any = None  # (end mark, slot, width) of the step stopped last
-        self._unread: List[Tuple[int, int, Any, Any, Any]] = []  # steps stopped whose seconds are not read yet
+        self._last: Any = None  # (end mark, slot, size, width) of the step stopped last
+        self._unread: List[Tuple[int, int, int, Any, Any, Any]] = []  # steps stopped whose seconds are not read yet
         self._gap: Optional[float] = None  # the running mean of every gap
-        self._gaps: Dict[Tuple[int, int], float] = {}  # the running mean of the gaps after (slot, width)'s steps
-        self._sums: Dict[int, Dict[int, Tuple[float, int]]] = {}
+        self._gaps: Dict[Tuple[int, int, int], float] = {}  # running mean of the gaps after (slot, size, width)'s steps
+        self._sums: Dict[int, Dict[Tuple[int, int], Tuple[float, int]]] = {}  # slot: (size, width): (seconds, steps)
 
     def start(self) -> None:
         """A step starts now."""
         self._started = (self._timer.mark(), self._last)
 
-    def stop(self, slot: int, width: int) -> None:
-        """The step started last ended now, at ``width`` in ``slot``."""
+    def stop(self, slot: int, width: int, size: int) -> None:
+        """The step started last ended now, at ``width`` in ``slot``, of ``size``
+        (the batch size of the graph it replayed, or its own when eager)."""
         if self._started is None:
             return
         end = self._timer.mark()
-        self._unread.append((slot, width, *self._started, end))
-        self._started, self._last = None, (end, slot, width)
+        self._unread.append((slot, size, width, *self._started, end))
+        self._started, self._last = None, (end, slot, size, width)
 
     def settle(self) -> None:
         """Read the seconds of the steps stopped since the last call (a :class:`DeviceTimer`
         waits for each step's end; a step a mark could not time is left out)."""
-        for slot, width, start, previous, end in self._unread:
+        for slot, size, width, start, previous, end in self._unread:
             span = self._timer.seconds(start, end)
             if span is None:
                 continue
@@ -156,36 +165,39 @@ class StepClock:
                 gap = min(gap, span)
                 self._gap = _running(self._gap, gap)
                 self._gaps[previous[1:]] = _running(self._gaps.get(previous[1:]), gap)
-            total, count = self._sums.setdefault(slot, {}).get(width, (0.0, 0))
-            self._sums[slot][width] = (total + span, count + 1)
+            total, count = self._sums.setdefault(slot, {}).get((size, width), (0.0, 0))
+            self._sums[slot][(size, width)] = (total + span, count + 1)
         self._unread.clear()
 
-    def take(self, slot: int) -> Dict[int, float]:
-        """Mean seconds per step of each width ``slot`` ran at since the last
-        ``take``, the mean gap after its steps included; the sums start again."""
+    def take(self, slot: int) -> Dict[Tuple[int, int], float]:
+        """Mean seconds per step of each (size, width) ``slot`` ran at since the
+        last ``take``, the mean gap after its steps included, in (size, width)
+        order; the sums start again."""
         self.settle()
         sums = self._sums.pop(slot, {})
-        return {width: total / count + self._gaps.get((slot, width), self._gap or 0.0)
-                for width, (total, count) in sorted(sums.items())}
+        return {key: total / count + self._gaps.get((slot, *key), self._gap or 0.0)
+                for key, (total, count) in sorted(sums.items())}
 
 
 def _running(mean: Optional[float], value: float) -> float:
     return value if mean is None else (1 - _GAP_WEIGHT) * mean + _GAP_WEIGHT * value
 
 
-def agreed(model_runner: Any, seconds: Dict[int, float]) -> Dict[int, float]:
+def agreed(model_runner: Any, seconds: Dict[K, float]) -> Dict[K, float]:
     """``seconds`` averaged over the model runner's tensor-parallel ranks (as
-    they are where there is one rank). Every rank calls it with the same keys."""
+    they are where there is one rank). Every rank calls it with the same keys
+    (the (size, width) pairs of :meth:`StepClock.take`; any keys that sort);
+    the values are all-reduced in the keys' sorted order, the same on every rank."""
     group = tp_group(model_runner)
     if group is None or group.world_size <= 1 or not seconds:
         return seconds
     import torch
     import torch.distributed as dist
 
-    widths = sorted(seconds)
-    values = torch.tensor([seconds[w] for w in widths], dtype=torch.float64)
+    keys = sorted(seconds)
+    values = torch.tensor([seconds[k] for k in keys], dtype=torch.float64)
     dist.all_reduce(values, group=group.cpu_group)
-    return {w: float(v) / group.world_size for w, v in zip(widths, values.tolist())}
+    return {k: float(v) / group.world_size for k, v in zip(keys, values.tolist())}
 
 
 def tp_group(model_runner: Any) -> Any:

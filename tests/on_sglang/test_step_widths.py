@@ -164,6 +164,38 @@ def test_the_acceptance_controller_follows_the_accept_counts(load):
     assert serve(widths, clock, 1, 6, lambda width: width) == [1]  # another slot (4+ requests): its own middle candidate
 
 
+def test_the_controller_times_a_step_at_the_graph_size_it_replays(load, monkeypatch):
+    """Graphs captured for 1, 2, 4 and 8 (bucket 1's widths 1, 2, 4, 8 at 1 and 2; bucket 4's 1 and 2 at 4 and
+    8): a step's size, what the controller times it by, is the captured size whose graph at the step's width
+    holds the batch, else (eager) the batch's own size."""
+    from sglang_spec_plugins.patches import widths_by_batch_size
+    from sglang_spec_plugins.widths_by_batch_size import WidthSchedule, WidthsByBatchSize
+
+    table = WidthsByBatchSize.parse({1: [1, 2, 4, 8], 4: [1, 2]})  # toml()'s
+    monkeypatch.setattr(widths_by_batch_size, "schedule_for", lambda runner, ndt, hold: WidthSchedule(table, (1, 2, 4, 8)))
+    clock = Clock()
+    widths = step_widths(load("widths_by_acceptance = true\n"), now=clock)
+    controller, seen = widths._controller, []
+    observe = controller.observe
+
+    def spied(slot, width, committed, requests, size=None):
+        seen.append((requests, width, size))
+        observe(slot, width, committed, requests, size)
+
+    controller.observe = spied
+    for batch, chosen in [(3, None), (5, None), (9, None), (3, 8), (2, 4), (1, None)]:
+        widths.at(batch, chosen)
+        clock.seconds += 0.01
+        widths.record(torch.ones(batch, dtype=torch.int32))
+    widths.at(1)  # the step recorded last is learnt at the next
+    # (requests, width, size): 3 and 5 replay bucket 4's graphs of 4 and 8 at its middle width (1); 9 is above
+    # every graph; width 8 has graphs only at 1 and 2 (3 runs eagerly); 2 at width 4 replays 2's; 1 at 2, 1's
+    assert seen == [(3, 1, 4), (5, 1, 8), (9, 1, 9), (3, 8, 3), (2, 4, 2), (1, 2, 1)], seen
+    line = controller.describe()  # no decision yet: nothing timed
+    assert line.endswith("latest size 1); 4+ requests: width 1 of [1, 2] (committed 1.00 per request, acceptance 0.50, "
+                         "latest size 3)"), line
+
+
 class LaggingDevice:
     """A device that runs each step after the host has queued it, as a GPU does: a timer whose marks
     and kept counts are readable only once the test (standing for the scheduler, which waits for a
@@ -238,7 +270,7 @@ def _rank(rank, port, out):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     try:
         group = types.SimpleNamespace(world_size=2, cpu_group=dist.group.WORLD)  # SGLang's TP group coordinator's two fields
-        mine = {2: 0.010 + rank * 0.002, 4: 0.020 - rank * 0.004}
+        mine = {(64, 2): 0.010 + rank * 0.002, (64, 4): 0.020 - rank * 0.004, (128, 2): 0.030 + rank * 0.010}
         out.put((rank, agreed(types.SimpleNamespace(tp_group=group), mine)))
     finally:
         dist.destroy_process_group()
@@ -259,4 +291,5 @@ def test_step_times_agree_across_tensor_parallel_ranks():
     results = dict(out.get(timeout=120) for _ in procs)
     for p in procs:
         p.join(timeout=60)
-    assert results[0] == results[1] == pytest.approx({2: 0.011, 4: 0.018})
+    assert results[0] == results[1] == pytest.approx({(64, 2): 0.011, (64, 4): 0.018, (128, 2): 0.035})
+    assert list(results[0]) == [(64, 2), (64, 4), (128, 2)]  # (size, width) order, on every rank
