@@ -28,7 +28,7 @@ sys.path.insert(0, str(HERE))
 import compare  # noqa: E402
 import make_model  # noqa: E402
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
