@@ -22,7 +22,7 @@ TOGETHER = {ROOT / "benchmarks" / "results" / name: rounds for name, rounds in (
     ("e2e_speculative_h200_asleep_ndt8.jsonl", 3), ("e2e_speculative_h200_asleep_ndt16.jsonl", 3),
     ("e2e_speculative_h200_asleep_references.jsonl", 3), ("e2e_speculative_h200_asleep_sync.jsonl", 3),
     ("e2e_speculative_h200_switch.jsonl", 3), ("e2e_speculative_h200_gapfix_ndt8.jsonl", 3),
-    ("e2e_speculative_h200_gapfix_ndt16.jsonl", 3))}
+    ("e2e_speculative_h200_gapfix_ndt16.jsonl", 3), ("e2e_speculative_h200_gsize_ndt8.jsonl", 3))}
 """Each committed ``together`` run and the rounds its engines ran at least."""
 JOINED = [line.split() for line in (ROOT / "benchmarks" / "README.md").read_text().splitlines()
           if line.startswith("    python3 benchmarks/e2e_speculative.py tables ") and "--with" in line]
