@@ -48,7 +48,7 @@ def layer(module: str) -> str:
     parts = module.split(".")
     if module in APP:
         return "app"
-    if module == "sglang_spec_plugins.worker":
+    if module == "sglang_spec_plugins.worker" or module.startswith("sglang_spec_plugins.worker."):
         return "worker"
     if len(parts) > 1 and parts[1] in ("engine", "patches", "serving", "testing"):
         return parts[1]

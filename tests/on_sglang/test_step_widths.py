@@ -226,7 +226,7 @@ class LaggingDevice:
 def test_the_controller_reads_nothing_back_until_the_next_step(load, monkeypatch):
     """On a GPU, ``record`` leaves the step's accept counts and time on the device and the controller learns
     them at the next ``at``: the same widths as a host clock gives, step for step, without a read mid-step."""
-    from sglang_spec_plugins import worker as worker_module
+    from sglang_spec_plugins.worker import step_widths as step_widths_module
 
     settings = "widths_by_acceptance = {warmup_steps = 2, interval_steps = 2, probe_after = 3}\n"
     host_clock = Clock()
@@ -234,7 +234,7 @@ def test_the_controller_reads_nothing_back_until_the_next_step(load, monkeypatch
 
     clock = Clock()
     device = LaggingDevice(clock)
-    monkeypatch.setattr(worker_module, "timer_for", lambda runner_device: device)
+    monkeypatch.setattr(step_widths_module, "timer_for", lambda runner_device: device)
     widths = step_widths(load(settings), now=None)  # no clock given: the runner's device times the steps
     seen = []
     for step in range(30):
