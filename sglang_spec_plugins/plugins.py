@@ -98,6 +98,7 @@ class PluginSet:
     ):
         self.pm = pm
         self.plugins = tuple(plugins)
+        self._labels = {p.name: p.dist_label for p in self.plugins}  # asked at every call into a plugin
         self.algorithms = MappingProxyType(dict(algorithms))
         self.failures = tuple(failures)
         self.config = config
@@ -112,8 +113,7 @@ class PluginSet:
 
     def distribution(self, plugin: str) -> Optional[str]:
         """``dist==version`` of the distribution ``plugin`` came from, or None."""
-        info = next((p for p in self.plugins if p.name == plugin), None)
-        return info.dist_label if info else None
+        return self._labels.get(plugin)
 
     def code(self, plugin: str, what: str, **how: str):
         """:func:`~.plugin_calls.plugin_code` for ``plugin``'s code, ``what`` naming the call."""
