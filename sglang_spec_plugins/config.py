@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any, List, Mapping, NamedTuple, Optional, Tupl
 
 from . import toml_documents
 from .errors import ConfigError, closest, is_plain_int
-from .widths_by_batch_size import WidthsByBatchSize, WidthsByBatchSizeError
 
 if TYPE_CHECKING:  # imported where a table has the key
     from .widths_by_acceptance import AcceptanceSettings
+    from .widths_by_batch_size import WidthsByBatchSize
 
 CONFIG_ENV = "SGLANG_SPEC_PLUGINS_CONFIG"
 """Environment variable naming the plugins.toml to use."""
@@ -334,6 +334,8 @@ def _algorithm(name: str, table: Any, where: str, problems: List[str]) -> Option
                         "accepted (SGLang sizes KV reservation and CUDA graphs by it)")
     widths = None
     if "widths_by_batch_size" in table:
+        from .widths_by_batch_size import WidthsByBatchSize, WidthsByBatchSizeError  # only a table that has the key
+
         try:
             widths = WidthsByBatchSize.parse(table["widths_by_batch_size"])
         except WidthsByBatchSizeError as exc:
