@@ -18,10 +18,11 @@ import re
 import stat
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, List, Mapping, NamedTuple, Optional, Tuple
+from typing import TYPE_CHECKING, Any, List, Mapping, Optional, Tuple
 
 from . import toml_documents
 from .errors import ConfigError, closest, is_plain_int
+from .records import record_tuple
 
 if TYPE_CHECKING:  # imported where a table has the key
     from .widths_by_acceptance import AcceptanceSettings
@@ -81,7 +82,8 @@ _NOTHING: Mapping[str, Any] = MappingProxyType({})
 """An empty read-only mapping (the default of the mappings below)."""
 
 
-class AlgorithmConfig(NamedTuple):
+@record_tuple
+class AlgorithmConfig:
     """One ``[algorithms.NAME]`` table.
 
     ``plugin``: the entry-point name of the plugin that must serve it (needed
@@ -104,7 +106,8 @@ class AlgorithmConfig(NamedTuple):
     widths_by_acceptance: Optional[AcceptanceSettings] = None
 
 
-class Config(NamedTuple):
+@record_tuple
+class Config:
     """The whole of plugins.toml, validated and immutable.
 
     ``source`` is the file it came from (None: built-in defaults).

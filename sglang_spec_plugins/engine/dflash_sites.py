@@ -18,7 +18,9 @@ import ast
 import functools
 import re
 from pathlib import Path
-from typing import List, NamedTuple, Optional, Tuple
+from typing import List, Optional, Tuple
+
+from ..records import record_tuple
 
 
 OWN_FILES = re.compile(r"(^|/)(dflash[^/]*|dspark[^/]*)\.py$|(^|/)dspark_components/")
@@ -34,7 +36,8 @@ _CANDIDATE = re.compile(r"\.(?:%s)\s*\(\s*\)|[\"']%s[\"']" % ("|".join(PREDICATE
 only the files that match are parsed."""
 
 
-class DflashSite(NamedTuple):
+@record_tuple
+class DflashSite:
     """One DFLASH-only decision: where (``file`` relative to ``sglang/srt``,
     ``line``), in which function (``function``: its qualname in the file,
     nested functions included), what it asks (``test``: ``is_dflash_family()``,
@@ -125,7 +128,8 @@ def _test(node: ast.AST) -> Optional[Tuple[str, str]]:
 DECLARED, ANSWERED, REFUSED = "declared", "answered", "refused"
 
 
-class Verdict(NamedTuple):
+@record_tuple
+class Verdict:
     """What a draft-model plugin gets at a site.
 
     ``declared``: the site asks the plugin's :class:`~sglang_spec_plugins.draft_model.DraftModel`

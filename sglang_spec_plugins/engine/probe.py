@@ -15,9 +15,10 @@ import inspect
 import sys
 from importlib import metadata
 from pathlib import Path
-from typing import FrozenSet, NamedTuple, Optional, Tuple
+from typing import FrozenSet, Optional, Tuple
 
 from ..dist_metadata import fields
+from ..records import record_tuple
 
 WIDTH_HOOK_NAMES = (
     "get_num_tokens_per_bs_for_target_verify",
@@ -42,7 +43,8 @@ DUMMY_RUN_LOCATIONS = (
 """Where the dummy (warm-up) forward decides its width, newest first."""
 
 
-class EngineProbe(NamedTuple):
+@record_tuple
+class EngineProbe:
     """The installed SGLang, as the loader sees it.
 
     ``version`` is None when SGLang is not installed (then every feature is

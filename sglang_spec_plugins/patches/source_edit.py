@@ -28,13 +28,15 @@ import inspect
 import os
 import textwrap
 import types
-from typing import Callable, NamedTuple, Sequence, Tuple
+from typing import Callable, Sequence, Tuple
 
 from ..cache_entries import file_stamp
+from ..records import record_tuple
 from .code_cache import compiled
 
 
-class Edit(NamedTuple):
+@record_tuple
+class Edit:
     """Replace the statement line ``old`` with ``new`` (both without indentation):
     the one such line, or with ``every`` each of them (at least one)."""
 
