@@ -69,13 +69,10 @@ _PLUGINS_KEYS = ("enable", "disable", "on_error")
 MAX_NESTING = 32
 """The deepest nesting of arrays and tables plugins.toml may use."""
 
-_ALGORITHM_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
-
-
 def valid_algorithm_name(name: Any) -> bool:
     """An algorithm name is ASCII: a letter, then letters, digits or ``_``
     (it becomes a command-line value and a Python attribute in SGLang)."""
-    return isinstance(name, str) and _ALGORITHM_NAME.fullmatch(name) is not None
+    return isinstance(name, str) and name.isascii() and name[:1].isalpha() and name.replace("_", "0").isalnum()
 
 
 _NOTHING: Mapping[str, Any] = MappingProxyType({})
