@@ -43,6 +43,43 @@ def test_it_is_the_frozen_dataclass_the_decorator_would_make():
         shape.size = 3
 
 
+def test_it_is_frozen_as_the_decorator_makes_it():
+    shape, generated = Shape("a"), Generated("a")
+    for obj in (shape, generated):
+        with pytest.raises(dataclasses.FrozenInstanceError, match="cannot assign to field 'other'"):
+            obj.other = 1  # any attribute, on the class itself
+        with pytest.raises(dataclasses.FrozenInstanceError, match="cannot delete field 'name'"):
+            del obj.name
+
+    @dataclasses.dataclass(frozen=True)
+    class Bigger(Shape):
+        extra: int = 0
+
+    bigger = Bigger("b", extra=2)
+    assert bigger.extra == 2 and dataclasses.fields(Bigger)[-1].name == "extra"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        bigger.size = 2
+    with pytest.raises(TypeError, match="cannot inherit non-frozen dataclass from a frozen one"):
+        @dataclasses.dataclass
+        class Thawed(Shape):
+            pass
+
+    class Plain(Shape):  # not a dataclass: its own attributes may be set, its fields not
+        pass
+
+    plain = Plain("c")
+    plain.other = 1
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plain.name = "d"
+
+
+def test_a_dataclass_base_is_refused():
+    with pytest.raises(TypeError, match="no dataclass base"):
+        @frozen_record
+        class Derived(Generated):
+            pass
+
+
 def test_construction_equality_and_hash():
     assert Shape("a").tags == {} and Shape("a").tags is not Shape("a").tags  # the factory, per instance
     assert Shape("a", 2, note="x") == Shape(name="a", size=2, note="y")  # note is not compared
