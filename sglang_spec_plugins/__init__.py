@@ -12,6 +12,14 @@ does not import SGLang.
 __version__ = "0.1.0"
 
 from .errors import is_plain_int  # noqa: E402
-from .hookspecs import AlgorithmSpec, DraftModel, hookimpl  # noqa: E402
+from .hookspecs import AlgorithmSpec, hookimpl  # noqa: E402
 
 __all__ = ["AlgorithmSpec", "DraftModel", "hookimpl", "is_plain_int", "__version__"]
+
+
+def __getattr__(name: str):
+    if name == "DraftModel":  # imported by a plugin that declares a draft model, not by every process at load
+        from .draft_model import DraftModel
+
+        return DraftModel
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

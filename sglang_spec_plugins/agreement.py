@@ -43,10 +43,11 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, NamedTuple, Optional
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from .config import file_kind
 from .errors import SpecPluginError
+from .records import record_tuple
 
 AGREEMENT_ENV = "SGLANG_SPEC_PLUGINS_AGREEMENT"
 """Environment variable: the directory where this server's processes record their fingerprint and answers."""
@@ -65,7 +66,8 @@ class DisagreementError(AgreementError):
     """Two processes of one server resolved different fingerprints or answers."""
 
 
-class Answer(NamedTuple):
+@record_tuple
+class Answer:
     """One answer that shapes a step, as processes compare it: ``key`` is what
     it answers (``"SBD: sgl_spec_verify_width(num_draft_tokens=8,
     is_draft_worker=False)"``), ``value`` the answer as JSON (None: one width
@@ -92,6 +94,17 @@ def started(pid: int) -> Optional[int]:
         return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
     except (OSError, ValueError, IndexError):
         return None
+
+
+_this_start: Tuple[int, Optional[int]] = (0, None)
+
+
+def _started_here() -> Optional[int]:
+    """:func:`started` of this process, read once (a forked child, another pid, reads its own)."""
+    global _this_start
+    if _this_start[0] != os.getpid():
+        _this_start = (os.getpid(), started(os.getpid()))
+    return _this_start[1]
 
 
 def record_file(where: Path, answer: str) -> Path:
@@ -221,7 +234,7 @@ def _record_or_read(where: Path, answer: str, value: Any, what: str) -> Dict[str
     holds, checked (:func:`_read`)."""
     path = record_file(where, answer)
     record = {"answer": answer, "value": value, "process": process_label(), "pid": os.getpid(),
-              "started": started(os.getpid())}
+              "started": _started_here()}
     scratch = path.with_name(f".{path.name}.{os.getpid()}")
     try:
         try:
@@ -292,13 +305,15 @@ def _running(record: Dict[str, Any]) -> bool:
 
 
 def _is_me(record: Dict[str, Any]) -> bool:
-    return record["pid"] == os.getpid() and record["started"] == started(os.getpid())
+    return record["pid"] == os.getpid() and record["started"] == _started_here()
 
 
 def _refuse_unrelated(where: Path, first: Dict[str, Any]) -> None:
     """The fingerprint is recorded by the server's first process: this one, or one it descends from."""
+    if _is_me(first):
+        return
     ancestors = _ancestors()
-    if _is_me(first) or ancestors is None or first["pid"] in ancestors:
+    if ancestors is None or first["pid"] in ancestors:
         return
     raise AgreementError(f"{record_file(where, FINGERPRINT)} was recorded by {first['process']}, which runs but is "
                          f"neither this process nor one it descends from: two servers share {AGREEMENT_ENV}={where}; "

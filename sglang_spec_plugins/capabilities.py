@@ -12,10 +12,13 @@ A declared capability the installed release does not ask is logged at load
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import Any, Mapping, NamedTuple
+from typing import Any, Mapping
+
+from .records import record_tuple
 
 
-class Capability(NamedTuple):
+@record_tuple
+class Capability:
     since: str
     """The first SGLang release that asks it."""
     default: bool

@@ -18,14 +18,15 @@ import re
 import stat
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, List, Mapping, NamedTuple, Optional, Tuple
+from typing import TYPE_CHECKING, Any, List, Mapping, Optional, Tuple
 
 from . import toml_documents
 from .errors import ConfigError, closest, is_plain_int
-from .widths_by_batch_size import WidthsByBatchSize, WidthsByBatchSizeError
+from .records import record_tuple
 
 if TYPE_CHECKING:  # imported where a table has the key
     from .widths_by_acceptance import AcceptanceSettings
+    from .widths_by_batch_size import WidthsByBatchSize
 
 CONFIG_ENV = "SGLANG_SPEC_PLUGINS_CONFIG"
 """Environment variable naming the plugins.toml to use."""
@@ -68,20 +69,18 @@ _PLUGINS_KEYS = ("enable", "disable", "on_error")
 MAX_NESTING = 32
 """The deepest nesting of arrays and tables plugins.toml may use."""
 
-_ALGORITHM_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
-
-
 def valid_algorithm_name(name: Any) -> bool:
     """An algorithm name is ASCII: a letter, then letters, digits or ``_``
     (it becomes a command-line value and a Python attribute in SGLang)."""
-    return isinstance(name, str) and _ALGORITHM_NAME.fullmatch(name) is not None
+    return isinstance(name, str) and name.isascii() and name[:1].isalpha() and name.replace("_", "0").isalnum()
 
 
 _NOTHING: Mapping[str, Any] = MappingProxyType({})
 """An empty read-only mapping (the default of the mappings below)."""
 
 
-class AlgorithmConfig(NamedTuple):
+@record_tuple
+class AlgorithmConfig:
     """One ``[algorithms.NAME]`` table.
 
     ``plugin``: the entry-point name of the plugin that must serve it (needed
@@ -104,7 +103,8 @@ class AlgorithmConfig(NamedTuple):
     widths_by_acceptance: Optional[AcceptanceSettings] = None
 
 
-class Config(NamedTuple):
+@record_tuple
+class Config:
     """The whole of plugins.toml, validated and immutable.
 
     ``source`` is the file it came from (None: built-in defaults).
@@ -334,6 +334,8 @@ def _algorithm(name: str, table: Any, where: str, problems: List[str]) -> Option
                         "accepted (SGLang sizes KV reservation and CUDA graphs by it)")
     widths = None
     if "widths_by_batch_size" in table:
+        from .widths_by_batch_size import WidthsByBatchSize, WidthsByBatchSizeError  # only a table that has the key
+
         try:
             widths = WidthsByBatchSize.parse(table["widths_by_batch_size"])
         except WidthsByBatchSizeError as exc:

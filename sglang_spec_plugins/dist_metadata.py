@@ -20,7 +20,7 @@ from typing import Optional, Tuple
 def fields(dist: metadata.Distribution, *names: str) -> Tuple[Optional[str], ...]:
     """``dist.metadata[name]`` for each of ``names`` (None where absent)."""
     text = dist.read_text("METADATA") or dist.read_text("PKG-INFO")
-    found = _header_fields(text, [n.lower() for n in names]) if text else None
+    found = _header_fields(text, {n.lower() for n in names}) if text else None
     if found is None:
         parsed = dist.metadata
         return tuple(parsed[n] for n in names)
@@ -29,7 +29,11 @@ def fields(dist: metadata.Distribution, *names: str) -> Tuple[Optional[str], ...
 
 def _header_fields(text: str, wanted) -> Optional[dict]:
     """The first value of each ``wanted`` (lower-case) field in ``text``'s
-    header block, or None where it cannot be read the parser's way."""
+    header block, or None where it cannot be read the parser's way. The
+    lines after every wanted field's (the last one not folded) are not read:
+    the parser takes a header line it cannot read for the end of the header
+    block, which leaves the fields before as they are (SGLang's header holds
+    ~300 ``Requires-Dist`` lines after its name and version)."""
     found: dict = {}
     taken = False  # whether the field before is one just taken
     for line in text.partition("\n\n")[0].split("\n"):
@@ -39,6 +43,8 @@ def _header_fields(text: str, wanted) -> Optional[dict]:
             if taken:
                 return None
             continue
+        if len(found) == len(wanted):
+            break
         name, colon, value = line.partition(":")
         if not (colon and name.isascii() and name.isprintable() and " " not in name):  # not a field to the parser
             return None

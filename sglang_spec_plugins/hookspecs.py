@@ -33,14 +33,16 @@ Semantics shared by every per-algorithm hook:
 from __future__ import annotations
 
 from dataclasses import field
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
 
 import pluggy
 
 from .capabilities import check_capabilities
-from .draft_model import DraftModel
 from .records import frozen_record
 from .verify_layout import CHAIN, VERIFY_SHAPES
+
+if TYPE_CHECKING:  # imported by a plugin that declares one
+    from .draft_model import DraftModel
 
 PROJECT_NAME = "sglang_spec_plugins"
 """The pluggy project name, which is also the entry-point group drafters use."""
@@ -108,9 +110,12 @@ class AlgorithmSpec:
     draft_model: Optional[DraftModel] = None
 
     def __post_init__(self):
-        if self.draft_model is not None and not isinstance(self.draft_model, DraftModel):
-            raise ValueError(f"AlgorithmSpec {self.name!r}: draft_model must be a sglang_spec_plugins.DraftModel or None, "
-                             f"got {self.draft_model!r}")
+        if self.draft_model is not None:
+            from .draft_model import DraftModel
+
+            if not isinstance(self.draft_model, DraftModel):
+                raise ValueError(f"AlgorithmSpec {self.name!r}: draft_model must be a sglang_spec_plugins.DraftModel or "
+                                 f"None, got {self.draft_model!r}")
         if self.verify_shape not in VERIFY_SHAPES:
             raise ValueError(f"AlgorithmSpec {self.name!r}: verify_shape must be one of {', '.join(map(repr, VERIFY_SHAPES))}, "
                              f"got {self.verify_shape!r}")

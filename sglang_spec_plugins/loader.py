@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Dict, List, Mapping, MutableMapping, NamedTuple, Optional, Tuple
+from typing import Dict, List, Mapping, MutableMapping, Optional, Tuple
 
 from . import __version__, agreement
 from .errors import SpecPluginError, StartupRefused
@@ -29,11 +29,13 @@ from .plugin_calls import package_fault
 from .fingerprint import fingerprint
 from .plugins import PluginSet, discover_configured
 from .policy import VerifyPolicy, build_policies
+from .records import record_tuple
 
 logger = logging.getLogger("sglang_spec_plugins")
 
 
-class LoadReport(NamedTuple):
+@record_tuple
+class LoadReport:
     """What :func:`load` did in this process."""
 
     plugins: PluginSet

@@ -28,13 +28,14 @@ is how it is reported.
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import logging
 import os
 import sys
 import threading
 import time
-from typing import Callable, Iterator, Optional, TextIO
+from typing import Dict, Iterator, Optional, TextIO
 
 from .errors import PluginError, PluginInterrupted, plugin_origin, type_name
 
@@ -66,7 +67,7 @@ class _PluginCode:
     """What :func:`plugin_code` returns: a class, not a generator, and the
     warning's line written only if it is due (the loader enters hundreds)."""
 
-    __slots__ = ("plugin", "distribution", "what", "failed", "doing", "_watched", "_me")
+    __slots__ = ("plugin", "distribution", "what", "failed", "doing", "_me")
 
     def __init__(self, plugin, distribution, what, failed, doing):
         self.plugin, self.distribution, self.what, self.failed, self.doing = plugin, distribution, what, failed, doing
@@ -75,18 +76,18 @@ class _PluginCode:
         return f"{plugin_origin(self.plugin, self.distribution)}: still {self.doing or 'running ' + self.what} after {SLOW_S} s"
 
     def __enter__(self) -> None:
-        self._watched = _watch.start(self.slow_line)
+        _watch.start(self)
         try:
             self._me = _refuse_os_exit()
         except BaseException:
-            _watch.stop(self._watched)
+            _watch.stop(self)
             raise
 
     def __exit__(self, kind, exc, tb) -> bool:
         try:
             _allow_os_exit(self._me)
         finally:
-            _watch.stop(self._watched)
+            _watch.stop(self)
         if exc is None or isinstance(exc, PluginInterrupted):
             return False
         if isinstance(exc, KeyboardInterrupt):
@@ -156,38 +157,40 @@ class _Watch:
     call, again in a forked child) that warns about each call still running
     :data:`SLOW_S` seconds after it began. One thread for all calls: the loader
     makes hundreds of short calls, and starting a thread for each cost more
-    than the calls."""
+    than the calls. It is started with ``_thread``, which does not wait for
+    the new thread to run (``threading.Thread.start`` does: 1-3 ms on a busy
+    2-core machine); like a daemon thread, it does not hold up the exit."""
 
     def __init__(self):
-        self._cond = threading.Condition()
-        self._running = {}  # token -> (deadline on time.monotonic(), warning)
+        self._lock = threading.Lock()
+        self._running: Dict["_PluginCode", float] = {}  # call -> its deadline on time.monotonic()
         self._started = False
 
-    def start(self, line: Callable[[], str]) -> object:
-        """Watch a call from now on (``line()``: its warning); the token :meth:`stop` takes."""
-        token = object()
-        with self._cond:
-            self._running[token] = (time.monotonic() + SLOW_S, line)
+    def start(self, call: "_PluginCode") -> None:
+        """Watch ``call`` from now on, until :meth:`stop`."""
+        with self._lock:
+            self._running[call] = time.monotonic() + SLOW_S
             if not self._started:
-                threading.Thread(target=self._run, name="sglang-spec-plugins-watch", daemon=True).start()
+                _thread.start_new_thread(self._run, ())
                 self._started = True
-        return token
 
-    def stop(self, token: object) -> None:
-        with self._cond:
-            self._running.pop(token, None)
+    def stop(self, call: "_PluginCode") -> None:
+        with self._lock:
+            self._running.pop(call, None)
 
     def _run(self) -> None:
+        threading.current_thread().name = "sglang-spec-plugins-watch"
         while True:
-            with self._cond:
+            with self._lock:
                 now = time.monotonic()
-                due = sorted((t for t, (deadline, _) in self._running.items() if deadline <= now),
-                             key=lambda t: self._running[t][0])
-                lines = [self._running.pop(token)[1] for token in due]
-                if not lines:
-                    self._cond.wait(min((deadline for deadline, _ in self._running.values()), default=now + SLOW_S) - now)
-            for line in lines:
-                logger.warning("sglang-spec-plugins: %s", line())
+                due = sorted((c for c, deadline in self._running.items() if deadline <= now), key=self._running.__getitem__)
+                for call in due:
+                    del self._running[call]
+                wait = min(self._running.values(), default=now + SLOW_S) - now
+            for call in due:
+                logger.warning("sglang-spec-plugins: %s", call.slow_line())
+            if not due:  # a call started later is due later than every one watched now
+                time.sleep(wait)
 
 
 _watch = _Watch()

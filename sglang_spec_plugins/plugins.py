@@ -20,7 +20,7 @@ import re
 from importlib import metadata
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Collection, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Collection, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import pluggy
 
@@ -31,13 +31,15 @@ from .dist_metadata import fields
 from .errors import ConfigError, PluginError, closest, show, type_name
 from .installed import plugin_entry_points
 from .plugin_calls import plugin_code
+from .records import record_tuple
 
 ENTRY_POINT_GROUP = hookspecs.PROJECT_NAME
 ALLOW_ENV = "SGLANG_SPEC_PLUGINS"
 """Environment variable: comma-separated allow-list of plugin names."""
 
 
-class PluginInfo(NamedTuple):
+@record_tuple
+class PluginInfo:
     """Where a loaded plugin came from."""
 
     name: str
@@ -56,7 +58,8 @@ class PluginInfo(NamedTuple):
         return f"{self.name} ({self.dist_label})" if self.distribution else self.name
 
 
-class OfferedAlgorithm(NamedTuple):
+@record_tuple
+class OfferedAlgorithm:
     """An enabled algorithm, its owning plugin (and that plugin's ``dist==version``)
     and its plugins.toml table."""
 
@@ -75,7 +78,8 @@ class OfferedAlgorithm(NamedTuple):
         return plugin_code(self.plugin, self.distribution, f"algorithm {self.name}: {what}", **how)
 
 
-class PluginFailure(NamedTuple):
+@record_tuple
+class PluginFailure:
     """A plugin dropped under ``on_error = "skip"`` (or reported by ``check``)."""
 
     plugin: str
@@ -98,6 +102,7 @@ class PluginSet:
     ):
         self.pm = pm
         self.plugins = tuple(plugins)
+        self._labels = {p.name: p.dist_label for p in self.plugins}  # asked at every call into a plugin
         self.algorithms = MappingProxyType(dict(algorithms))
         self.failures = tuple(failures)
         self.config = config
@@ -112,8 +117,7 @@ class PluginSet:
 
     def distribution(self, plugin: str) -> Optional[str]:
         """``dist==version`` of the distribution ``plugin`` came from, or None."""
-        info = next((p for p in self.plugins if p.name == plugin), None)
-        return info.dist_label if info else None
+        return self._labels.get(plugin)
 
     def code(self, plugin: str, what: str, **how: str):
         """:func:`~.plugin_calls.plugin_code` for ``plugin``'s code, ``what`` naming the call."""

@@ -24,10 +24,10 @@ from . import agreement
 from .errors import ConfigError, PluginError, is_plain_int, show, type_name
 from .plugins import OfferedAlgorithm, PluginSet
 from .verify_layout import DRAFT_VERIFIES_CHAINS_ONLY, TREE
-from .widths_by_batch_size import WidthsByBatchSize, WidthsByBatchSizeError, WidthSchedule
 
-if TYPE_CHECKING:  # imported where a table has the key (config)
+if TYPE_CHECKING:  # imported where a table has the key (config), or a hook answers widths by batch size
     from .widths_by_acceptance import AcceptanceSettings
+    from .widths_by_batch_size import WidthsByBatchSize, WidthSchedule
 
 logger = logging.getLogger("sglang_spec_plugins")
 
@@ -160,6 +160,8 @@ class VerifyPolicy:
             with self._plugins.code(self.plugin, f"algorithm {self.algorithm}: reading what {call} returned "
                                                  f"(a {type_name(answer)})"):
                 answer = dict(answer.items())
+        from .widths_by_batch_size import WidthsByBatchSize, WidthsByBatchSizeError
+
         try:
             return WidthsByBatchSize.parse(answer)
         except WidthsByBatchSizeError as exc:
@@ -193,6 +195,8 @@ class VerifyPolicy:
         """A worker's per-step width chooser (:class:`~.widths_by_batch_size.WidthSchedule`)
         for the batch sizes SGLang captured graphs for (``capture_sizes``; None
         when eager); None when the algorithm has one width at every batch size."""
+        from .widths_by_batch_size import WidthSchedule
+
         buckets = self.widths_by_batch_size(num_draft_tokens, is_draft_worker)
         return None if buckets is None else WidthSchedule(buckets, capture_sizes, hold_steps)
 

@@ -1,19 +1,27 @@
-"""Frozen dataclasses whose methods are shared, not generated per class.
+"""Record classes made without generating or checking code per class.
 
 ``@dataclass(frozen=True)`` writes each class's ``__init__``, ``__repr__``,
-``__eq__`` and ``__hash__`` as source text and compiles it (``exec``): 0.6-0.9
-ms a class, in every SGLang process that imports it. :func:`frozen_record`
-makes the same frozen dataclass (``dataclasses.fields``, ``replace``,
-``asdict`` and ``is_dataclass`` work; assigning a field raises
-``FrozenInstanceError``) with those four methods written once here: the
-constructor takes the fields by position or name, with their defaults and
-default factories, then calls ``__post_init__``; equality (same class) and
-the hash are over the fields that ``compare``; the repr shows the fields
-that ``repr``; ``inspect.signature`` gives the fields.
+``__eq__``, ``__hash__``, ``__setattr__`` and ``__delattr__`` as source text
+and compiles it (``exec``): 0.6-0.9 ms a class, in every SGLang process that
+imports it. :func:`frozen_record` makes the same frozen dataclass
+(``dataclasses.fields``, ``replace``, ``asdict`` and ``is_dataclass`` work,
+``__dataclass_params__`` says frozen, a dataclass subclass must be frozen too)
+with those methods written once here: the constructor takes the fields by
+position or name, with their defaults and default factories, then calls
+``__post_init__``; equality (same class) and the hash are over the fields that
+``compare``; the repr shows the fields that ``repr``; ``inspect.signature``
+gives the fields; assigning or deleting a field raises ``FrozenInstanceError``
+(any attribute, on the class itself), as the generated methods do.
+
+``class X(typing.NamedTuple)`` checks each field's annotation, compiling a
+postponed one (``from __future__ import annotations``): 0.1-0.2 ms a class.
+:func:`record_tuple` makes the same named tuple from a plain class body
+without that check (the annotations stay as written).
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import inspect
 from typing import Any, Tuple, TypeVar
@@ -22,12 +30,17 @@ T = TypeVar("T", bound=type)
 
 
 def frozen_record(cls: T) -> T:
-    """``cls`` as a frozen dataclass with the shared methods (no keyword-only or ``init=False`` fields)."""
+    """``cls`` as a frozen dataclass with the shared methods (no dataclass base, no keyword-only or
+    ``init=False`` fields)."""
+    if any(dataclasses.is_dataclass(base) for base in cls.__mro__[1:]):
+        raise TypeError(f"{cls.__name__}: frozen_record takes no dataclass base")
     cls.__init__, cls.__repr__, cls.__eq__, cls.__hash__ = _init, _repr, _eq, _hash
-    cls = dataclasses.dataclass(frozen=True, init=False, repr=False, eq=False)(cls)
+    cls = dataclasses.dataclass(init=False, repr=False, eq=False)(cls)  # frozen below, as frozen=True would make it
     found = dataclasses.fields(cls)
     if any(f.kw_only or not f.init for f in found):
         raise TypeError(f"{cls.__name__}: frozen_record takes no keyword-only or init=False fields")
+    cls.__setattr__, cls.__delattr__ = _frozen(cls, tuple(f.name for f in found))
+    cls.__dataclass_params__.frozen = True  # what a dataclass subclass is held to
     cls._record_init = tuple((f.name, f.default, f.default_factory) for f in found)
     cls._record_compared = tuple(f.name for f in found if f.compare)
     cls._record_shown = tuple(f.name for f in found if f.repr)
@@ -35,6 +48,23 @@ def frozen_record(cls: T) -> T:
         inspect.Parameter(f.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=f.type, default=_shown_default(f))
         for f in found], return_annotation=None)
     return cls
+
+
+def _frozen(cls: type, names: Tuple[str, ...]):
+    """The ``__setattr__`` and ``__delattr__`` that ``@dataclass(frozen=True)`` writes for ``cls``."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if type(self) is cls or name in names:
+            raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+        super(cls, self).__setattr__(name, value)
+
+    def __delattr__(self, name: str) -> None:
+        if type(self) is cls or name in names:
+            raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
+        super(cls, self).__delattr__(name)
+
+    __setattr__.__qualname__, __delattr__.__qualname__ = f"{cls.__qualname__}.__setattr__", f"{cls.__qualname__}.__delattr__"
+    return __setattr__, __delattr__
 
 
 class _Factory:
@@ -90,3 +120,26 @@ def _eq(self, other: Any) -> bool:
 
 def _hash(self) -> int:
     return hash(_values(self, self._record_compared))
+
+
+_NOT_COPIED = frozenset({"__dict__", "__weakref__", "__module__", "__annotations__"})
+
+
+def record_tuple(cls: T) -> T:
+    """What ``class cls(typing.NamedTuple)`` makes, from ``cls``'s body: the
+    annotated names are the fields, in order, a value given to one is its
+    default; the docstring, methods and properties are the tuple's
+    (``_fields``, ``_field_defaults``, ``_make``, ``_replace``, ``_asdict`` as
+    for any named tuple). No zero-argument ``super()`` (nor in a NamedTuple)."""
+    own = vars(cls)
+    fields = tuple(own.get("__annotations__", {}))
+    given = [name for name in fields if name in own]
+    if given != list(fields[len(fields) - len(given):]):
+        raise TypeError(f"{cls.__name__}: a field without a default follows one with a default")
+    made = collections.namedtuple(cls.__name__, fields, defaults=[own[name] for name in given], module=cls.__module__)
+    made.__annotations__ = made.__new__.__annotations__ = dict(own.get("__annotations__", {}))
+    made.__qualname__ = cls.__qualname__
+    for name, value in own.items():
+        if name not in _NOT_COPIED and name not in fields and not (name == "__doc__" and value is None):
+            setattr(made, name, value)
+    return made

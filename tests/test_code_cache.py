@@ -1,12 +1,16 @@
 """The compiled code of a rebuilt function is kept between processes (patches/code_cache.py): the code
-compiling gives, the edit still checked on the source every time, a bad entry compiled again, never an error."""
+compiling gives, taken without cutting the source while the file's size and time are as they were, the file
+cut and every edit checked again once they differ, a bad entry built again, never an error."""
 
 import importlib.util
+import os
 import sys
+from pathlib import Path
 
 import pytest
 
 from sglang_spec_plugins.cache_entries import CACHE_ENV
+from sglang_spec_plugins.engine import source_text
 from sglang_spec_plugins.patches import code_cache, source_edit
 from sglang_spec_plugins.patches.source_edit import Edit, rebuild
 
@@ -62,6 +66,35 @@ def test_a_later_rebuild_takes_the_kept_code(monkeypatch, tmp_path, module):
     assert kept_top.__code__ == top.__code__ and kept_step.__code__ == step.__code__
     assert kept_top(1) == 3 and kept_step(module.Runner(), 1) == 3
     assert kept_top.__code__.co_filename == module.__file__ and kept_top.__code__.co_firstlineno == module.top.__code__.co_firstlineno == 13
+
+
+def test_kept_code_is_taken_without_cutting_the_source(monkeypatch, tmp_path, module):
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    top, step = _rebuilt(module)
+
+    def not_cut(func):
+        raise AssertionError("kept code: the source is not cut")
+
+    monkeypatch.setattr(source_edit, "source_of", not_cut)
+    kept_top, kept_step = _rebuilt(module)
+    assert kept_top.__code__ == top.__code__ and kept_step(module.Runner(), 1) == 3
+
+
+def test_a_file_changed_since_is_cut_and_checked_again(monkeypatch, tmp_path, module):
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    top, _ = _rebuilt(module)
+    path = Path(module.__file__)
+    later = path.stat().st_mtime_ns + 10**9
+    os.utime(path, ns=(later, later))  # the same text, another time: cut again, the same code
+    cut, real = [], source_edit.source_of
+    monkeypatch.setattr(source_edit, "source_of", lambda func: cut.append(func.__qualname__) or real(func))
+    again_top, _ = _rebuilt(module)
+    assert cut == ["top", "Runner.step"] and again_top.__code__ == top.__code__
+    path.write_text(SOURCE.replace("width = 2", "width = 5"))  # the same size, no old line: the edit is refused
+    os.utime(path, ns=(later + 10**9, later + 10**9))
+    source_text._read.cache_clear()  # the text read in this process
+    with pytest.raises(ValueError, match="expected the line 'width = 2' once, found it 0 times"):
+        rebuild(module.top, module, (EDIT,))
 
 
 def test_the_edit_is_checked_on_the_source_with_kept_code(monkeypatch, tmp_path, module):

@@ -25,6 +25,8 @@ def test_every_installed_distribution_reads_as_the_parser_reads_it():
     "Metadata-Version: 2.1\nName: a-b\nVersion: 1.0\n\nName: in the body\n",
     "Metadata-Version: 2.1\nnot a field\nName: a-b\nVersion: 1.0\n",
     "Name: a-b\nVersion: 1.0",
+    "Metadata-Version: 2.1\nName: a-b\nVersion: 1.0\nnot a field\nRequires-Dist: x\n",  # after every wanted field
+    "Metadata-Version: 2.1\nName: a-b\nVersion: 1.0\n  folded\nRequires-Dist: x\n",  # the last wanted one folded
 ])
 def test_an_unusual_header_reads_as_the_parser_reads_it(tmp_path, header):
     folder = tmp_path / "a_b-1.0.dist-info"

@@ -126,9 +126,10 @@ def test_no_import_circle():
 
 
 def test_the_package_root_imports_only_the_contract():
-    """The hook contract and ``errors.is_plain_int`` (the exact-int rule plugins judge their settings by;
-    errors is pure core: no SGLang)."""
-    assert GRAPH["sglang_spec_plugins"] == {"sglang_spec_plugins.hookspecs", "sglang_spec_plugins.errors"}
+    """The hook contract (its ``DraftModel`` imported on first use) and ``errors.is_plain_int`` (the exact-int
+    rule plugins judge their settings by; errors is pure core: no SGLang)."""
+    assert GRAPH["sglang_spec_plugins"] == {"sglang_spec_plugins.hookspecs", "sglang_spec_plugins.draft_model",
+                                            "sglang_spec_plugins.errors"}
 
 
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if layer(m) not in KNOWS_SGLANG))

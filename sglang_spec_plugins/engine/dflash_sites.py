@@ -18,23 +18,27 @@ import ast
 import functools
 import re
 from pathlib import Path
-from typing import List, NamedTuple, Optional, Tuple
+from typing import List, Optional, Tuple
+
+from ..records import record_tuple
 
 
-OWN_FILES = re.compile(r"(^|/)(dflash[^/]*|dspark[^/]*)\.py$|(^|/)dspark_components/")
-"""The DFLASH family's own files: their DFLASH branches are DFLASH's, not a decision about other algorithms."""
+OWN_FILES = r"(^|/)(dflash[^/]*|dspark[^/]*)\.py$|(^|/)dspark_components/"
+"""The DFLASH family's own files: their DFLASH branches are DFLASH's, not a decision about other algorithms
+(a pattern, compiled where the files are read: the loader imports this module for :data:`VERDICTS`)."""
 
 PREDICATES = ("is_dflash", "is_dflash_family")
 """The enum predicates that are true only for the DFLASH family."""
 
 NAME = "DFLASH"
 
-_CANDIDATE = re.compile(r"\.(?:%s)\s*\(\s*\)|[\"']%s[\"']" % ("|".join(PREDICATES), NAME))
+_CANDIDATE = r"\.(?:%s)\s*\(\s*\)|[\"']%s[\"']" % ("|".join(PREDICATES), NAME)
 """Text without which a file holds no site (a predicate called without arguments, or the name as a string):
 only the files that match are parsed."""
 
 
-class DflashSite(NamedTuple):
+@record_tuple
+class DflashSite:
     """One DFLASH-only decision: where (``file`` relative to ``sglang/srt``,
     ``line``), in which function (``function``: its qualname in the file,
     nested functions included), what it asks (``test``: ``is_dflash_family()``,
@@ -78,13 +82,14 @@ def _sites(srt: str) -> Tuple[DflashSite, ...]:
     from .worker_reads import parsed  # not at import: the loader imports this module, plans kept from before read nothing
 
     root = Path(srt)
+    own_files, candidate = re.compile(OWN_FILES), re.compile(_CANDIDATE)
     found: List[DflashSite] = []
     for path in sorted(root.rglob("*.py")):
         rel = path.relative_to(root).as_posix()
-        if OWN_FILES.search(rel):
+        if own_files.search(rel):
             continue
         text = path.read_text(encoding="utf-8", errors="replace")
-        if not _CANDIDATE.search(text):
+        if not candidate.search(text):
             continue
         lines = text.splitlines()
         _visit(parsed(path), [], rel, lines, found)
@@ -125,7 +130,8 @@ def _test(node: ast.AST) -> Optional[Tuple[str, str]]:
 DECLARED, ANSWERED, REFUSED = "declared", "answered", "refused"
 
 
-class Verdict(NamedTuple):
+@record_tuple
+class Verdict:
     """What a draft-model plugin gets at a site.
 
     ``declared``: the site asks the plugin's :class:`~sglang_spec_plugins.draft_model.DraftModel`

@@ -15,10 +15,10 @@ import inspect
 import sys
 from importlib import metadata
 from pathlib import Path
-from typing import FrozenSet, NamedTuple, Optional, Tuple
+from typing import FrozenSet, Optional, Tuple
 
 from ..dist_metadata import fields
-from .source_text import function_in_file, method_in_file, note
+from ..records import record_tuple
 
 WIDTH_HOOK_NAMES = (
     "get_num_tokens_per_bs_for_target_verify",
@@ -43,7 +43,8 @@ DUMMY_RUN_LOCATIONS = (
 """Where the dummy (warm-up) forward decides its width, newest first."""
 
 
-class EngineProbe(NamedTuple):
+@record_tuple
+class EngineProbe:
     """The installed SGLang, as the loader sees it.
 
     ``version`` is None when SGLang is not installed (then every feature is
@@ -135,12 +136,16 @@ def method_source(module_name: str, qualname: str) -> Optional[str]:
 @functools.lru_cache(maxsize=None)
 def source_in(path: Path, qualname: str) -> Optional[str]:
     """:func:`method_source` in the file at ``path`` (cached per process)."""
+    from .source_text import function_in_file, method_in_file  # not at import: kept plans read no source
+
     return method_in_file(path, qualname) if "." in qualname else function_in_file(path, qualname)
 
 
 def source_file(module_name: str) -> Optional[Path]:
     """The installed ``.py`` file of an SGLang module, found without importing
     anything; None when absent."""
+    from .source_text import note
+
     root = importlib.util.find_spec("sglang")
     if root is None or not module_name.startswith("sglang."):
         return None
@@ -173,11 +178,12 @@ def _runner_locations() -> Tuple[Optional[str], Optional[str]]:
     kept between processes (:func:`.source_cache.cached_reading`: keyed by SGLang's
     folders and this module's and the cutting module's files, checked against the
     files read and looked for)."""
-    from . import source_text
+    from ..cache_entries import file_stamp
     from .source_cache import cached_reading
 
     folders = list(importlib.util.find_spec("sglang").submodule_search_locations or ())
-    return cached_reading("runner-locations", folders, [sys.modules[__name__], source_text],
+    cutter = str(Path(__file__).with_name("source_text.py"))  # judged by its file: a hit does not import it
+    return cached_reading("runner-locations", [folders, cutter, *file_stamp(cutter)], [sys.modules[__name__]],
                           lambda: (locate(GRAPH_RUNNER_LOCATIONS), locate(DUMMY_RUN_LOCATIONS)), list, _locations)
 
 

@@ -111,8 +111,6 @@ def cached_reading(kind: str, key: Any, reader: Sequence[ModuleType], compute: C
     it read or looked for (:func:`.source_text.recording` around it) is as it
     was then: the same size and modification time, or the same content
     (absent files stay absent). ``encode``/``decode`` as for :func:`cached`."""
-    from .source_text import recording
-
     where = cache_dir(environ)
     if where is None:
         return compute()
@@ -128,6 +126,8 @@ def cached_reading(kind: str, key: Any, reader: Sequence[ModuleType], compute: C
             if entry["times"] != times:
                 write_entry(path, {**entry, "times": times})
             return value[0]
+    from .source_text import recording  # not at import: a process taking every entry cuts no source
+
     with recording() as read:
         value = compute()
     try:

@@ -21,15 +21,18 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
+from typing import TYPE_CHECKING
 
 from ..engine.algorithm import policy_of
 from ..errors import EngineError
 from ..verify_layout import CHAIN, TREE, width_of
 from .refusal import refuse_other_width
 from .source_edit import Edit
-from .support import CAPTURE, EAGLE_TREE_ONLY, Serving, Support, any_applies
 from .unit import FunctionPatch, Target, Verdict, WrapPatch
 from .verify_batch import batch_width, checking
+
+if TYPE_CHECKING:  # the start-up check's answers import it
+    from .support import Support
 
 MODULE = "sglang.srt.layers.attention.aiter_backend"
 _WHERE = "aiter TARGET_VERIFY"
@@ -382,6 +385,8 @@ PATCHES = (EAGER_WIDTH, EAGER_CHECK, GRAPH_WIDTH, GRAPH_CAPTURE_0512, GRAPH_REPL
 
 def support(width: int, ndt: int, verify_shape: str, is_draft_worker: bool) -> Support:
     """What a plugin verify gets from aiter on a non-MLA model (see :func:`.attention_support.attention_support`)."""
+    from .support import CAPTURE, Serving, Support, any_applies
+
     if width != ndt and any_applies([p for p in PATCHES if p is not MLA_REFUSAL]):
         return Support(Serving.PATCHED, f"non-MLA width patched to the batch's (aiter); {CAPTURE}")
     tree = verify_shape == TREE
@@ -391,6 +396,8 @@ def support(width: int, ndt: int, verify_shape: str, is_draft_worker: bool) -> S
 
 def mla_support(width: int, ndt: int, verify_shape: str, is_draft_worker: bool) -> Support:
     """What a plugin verify gets from aiter on an MLA model."""
+    from .support import EAGLE_TREE_ONLY, Serving, Support
+
     if width != ndt:
         return Support(Serving.REFUSED, "the AITER MLA kernels take a fixed draft length (refused at start-up)")
     if verify_shape == TREE:

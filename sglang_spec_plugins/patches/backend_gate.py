@@ -28,9 +28,7 @@ from typing import Tuple
 
 from ..engine.facts import DRAFT, TARGET, configured_ndt, verify_backends
 from ..errors import EngineError
-from .attention_support import support_at_widths
 from .refusal import refusal, verifying_policy
-from .support import Serving
 from .unit import Target, Verdict, WrapPatch
 
 _MLA_NAMES = {"flashinfer": "flashinfer_mla", "aiter": "aiter_mla"}
@@ -59,6 +57,9 @@ def verifies_elsewhere(backend_str: str, model_runner) -> bool:
 
 def check(backend_str: str, model_runner) -> None:
     """Raise EngineError if this runner's plugin algorithm must not verify on ``backend_str``."""
+    from .attention_support import support_at_widths  # not at import: the backends' answers, asked when one is built
+    from .support import Serving
+
     policy = verifying_policy(model_runner)
     if policy is None or verifies_elsewhere(backend_str, model_runner):
         return
@@ -71,12 +72,12 @@ def check(backend_str: str, model_runner) -> None:
         raise EngineError(refusal(policy, is_draft, width, ndt, name, support.reason, shape))
 
 
-_PARAMETERS = re.compile(r"def \w+\(\s*(\*\s*,\s*)?(self|model_runner)\b[^)]*\bbackend_str\b")
+_PARAMETERS = r"def \w+\(\s*(\*\s*,\s*)?(self|model_runner)\b[^)]*\bbackend_str\b"
 """The parameters the wrapper reads: the runner (or ``self``) first, then ``backend_str``."""
 
 
 def _condition(source: str) -> Tuple[str, str]:
-    if not _PARAMETERS.match(source):
+    if not re.match(_PARAMETERS, source):
         return Verdict.REFUSED, "unknown shape: the function does not take (model_runner or self, backend_str, ...) first"
     if "ATTENTION_BACKENDS[backend_str](" in source:
         return Verdict.APPLY, "builds every attention backend from the registry: refuse, before the factory runs, a plugin " \

@@ -13,12 +13,14 @@ at start-up, a plugin width other than ndt on a worker it lays out at ndt.
 from __future__ import annotations
 
 import re
-from typing import FrozenSet, Optional
+from typing import TYPE_CHECKING, FrozenSet, Optional
 
 from ..verify_layout import TREE
 from .refusal import DRAFT, TARGET, WHO, NdtGuard
-from .support import EAGLE_TREE_ONLY, Serving, Support
 from .unit import Target
+
+if TYPE_CHECKING:  # the start-up check's answer imports it
+    from .support import Support
 
 
 def _ignored_workers(source: str) -> Optional[FrozenSet[bool]]:
@@ -44,6 +46,8 @@ PATCHES = (FA3,)
 
 def support(width: int, ndt: int, verify_shape: str, is_draft_worker: bool) -> Support:
     """What a plugin verify gets from FA3/FA4 (see :func:`.support.attention_support`)."""
+    from .support import EAGLE_TREE_ONLY, Serving, Support
+
     ignores = FA3.ignored_workers()
     if width != ndt and (ignores is None or is_draft_worker in ignores):
         return Support(Serving.REFUSED, f"lays the {WHO[is_draft_worker]} worker's TARGET_VERIFY out at "

@@ -86,12 +86,15 @@ class NdtGuard(WrapPatch):
                                "widths != ndt there")
 
     def _wrapper(self, original):
-        ignores = self.ignored_workers()
         backend = self.backend
+
+        @functools.lru_cache(maxsize=None)
+        def ignores():  # read off the source when the backend is first built, not when wrapped (most never are)
+            return self.ignored_workers()
 
         @functools.wraps(original)
         def __init__(backend_self, model_runner, *args, **kwargs):
-            if bool(model_runner.is_draft_worker) in ignores:
+            if bool(model_runner.is_draft_worker) in ignores():
                 refuse_other_width(backend, model_runner, configured_ndt(model_runner),
                                    "lays TARGET_VERIFY out at speculative_num_draft_tokens")
             original(backend_self, model_runner, *args, **kwargs)

@@ -14,8 +14,9 @@ an edit gives one of three states:
 :func:`rebuild` compiles the edited source with the function's own module
 globals, its original file name and line numbers (tracebacks point at the
 real file), and a ``__class__`` cell so zero-argument ``super()`` still works;
-the compiled code of the same edited text is kept between processes
-(:mod:`.code_cache`).
+the code built for the same file (by size and modification time), function
+and edits is kept between processes (:mod:`.code_cache`): a process taking
+it cuts, edits and compiles nothing.
 """
 
 from __future__ import annotations
@@ -24,15 +25,18 @@ import __future__
 import ast
 import functools
 import inspect
+import os
 import textwrap
 import types
-from typing import Callable, NamedTuple, Sequence, Tuple
+from typing import Callable, Sequence, Tuple
 
-from ..engine.source_text import function_source
+from ..cache_entries import file_stamp
+from ..records import record_tuple
 from .code_cache import compiled
 
 
-class Edit(NamedTuple):
+@record_tuple
+class Edit:
     """Replace the statement line ``old`` with ``new`` (both without indentation):
     the one such line, or with ``every`` each of them (at least one)."""
 
@@ -51,9 +55,16 @@ class Edit(NamedTuple):
         return "unknown"
 
 
+_CUTTER = os.path.join(os.path.dirname(os.path.dirname(__file__)), "engine", "source_text.py")
+"""The module that cuts a function out of its file (``engine.source_text``): with this one, what builds
+the code, so both are part of the key of the code kept (imported only when a function is cut)."""
+
+
 def source_of(func: Callable) -> str:
     """The function's dedented source (a top-level function or a method is cut out of its file's text
     without tokenizing it: ``engine.source_text``)."""
+    from ..engine.source_text import function_source
+
     return function_source(func) or textwrap.dedent(inspect.getsource(func))
 
 
@@ -61,10 +72,38 @@ def rebuild(func: types.FunctionType, owner: type, edits: Sequence[Edit]) -> typ
     """Return a copy of ``func`` (a method of ``owner``) with ``edits`` applied.
 
     Raises ValueError if an edit's old line is not there exactly once, or if
-    the function cannot be rebuilt faithfully (decorators, closures).
+    the function cannot be rebuilt faithfully (decorators, closures). The code
+    built for the same file (by size and modification time), function and
+    edits is kept between processes (:mod:`.code_cache`).
     """
-    if set(func.__code__.co_freevars) - {"__class__"}:
-        raise ValueError(f"{func.__qualname__} closes over {func.__code__.co_freevars}; cannot rebuild it")
+    code = func.__code__
+    if set(code.co_freevars) - {"__class__"}:
+        raise ValueError(f"{func.__qualname__} closes over {code.co_freevars}; cannot rebuild it")
+    # Compiled under the original function's __future__ flags (e.g. postponed annotations, which SGLang's
+    # runners rely on for names imported only under TYPE_CHECKING), not this module's.
+    futures = sum(f.compiler_flag for f in map(functools.partial(getattr, __future__), __future__.all_feature_names)
+                  if code.co_flags & f.compiler_flag)
+    factory = "__class__" in code.co_freevars  # zero-argument super(): defined inside a factory giving the cell
+    stamp = file_stamp(code.co_filename)
+    build = functools.partial(_edited_code, func, edits, futures, factory)
+    if None in stamp:  # no file to judge the kept code by
+        built = build()
+    else:
+        how = ["factory" if factory else "function", code.co_filename, *stamp, func.__qualname__, code.co_firstlineno,
+               futures, [tuple(edit) for edit in edits]]
+        built = compiled(how, (__file__, _CUTTER), build)
+    namespace: dict = {}
+    exec(built, func.__globals__, namespace)
+    new = namespace["_factory"](owner) if factory else namespace[func.__name__]
+    new.__qualname__ = func.__qualname__
+    new.__doc__ = func.__doc__
+    new.__dict__.update(func.__dict__)
+    return new
+
+
+def _edited_code(func: types.FunctionType, edits: Sequence[Edit], futures: int, factory: bool) -> types.CodeType:
+    """The code of a module defining ``func`` with ``edits`` applied to its source (in a
+    ``_factory(__class__)`` with ``factory``), at the function's own line numbers."""
     lines = source_of(func).splitlines(keepends=True)
     for edit in edits:
         hits = [i for i, line in enumerate(lines) if line.strip() == edit.old]
@@ -73,30 +112,13 @@ def rebuild(func: types.FunctionType, owner: type, edits: Sequence[Edit]) -> typ
         for hit in hits:
             indent = lines[hit][: len(lines[hit]) - len(lines[hit].lstrip())]
             lines[hit] = f"{indent}{edit.new}\n"
-    # Compiled at the function's own line numbers (blank lines before it), under the original function's
-    # __future__ flags (e.g. postponed annotations, which SGLang's runners rely on for names imported only
-    # under TYPE_CHECKING), not this module's.
-    padded = "\n" * (func.__code__.co_firstlineno - 1) + "".join(lines)
-    futures = sum(f.compiler_flag for f in map(functools.partial(getattr, __future__), __future__.all_feature_names)
-                  if func.__code__.co_flags & f.compiler_flag)
+    padded = "\n" * (func.__code__.co_firstlineno - 1) + "".join(lines)  # blank lines before it
     filename = func.__code__.co_filename
-    namespace: dict = {}
-    if "__class__" not in func.__code__.co_freevars:  # compiled from its text (half the time of a tree's round trip)
-        if not lines[0].startswith("def "):
-            raise ValueError(f"{func.__qualname__}: only undecorated plain functions can be rebuilt")
-        code = compiled(padded, ["function", filename, futures], __file__,
-                        lambda: compile(padded, filename, "exec", flags=futures, dont_inherit=True))
-        exec(code, func.__globals__, namespace)
-        new = namespace[func.__name__]
-    else:  # zero-argument super(): defined inside a factory that gives it the __class__ cell
-        code = compiled(padded, ["factory", filename, futures], __file__,
-                        lambda: _factory_code(func, ast.parse(padded), futures))
-        exec(code, func.__globals__, namespace)
-        new = namespace["_factory"](owner)
-    new.__qualname__ = func.__qualname__
-    new.__doc__ = func.__doc__
-    new.__dict__.update(func.__dict__)
-    return new
+    if factory:
+        return _factory_code(func, ast.parse(padded), futures)
+    if not lines[0].startswith("def "):
+        raise ValueError(f"{func.__qualname__}: only undecorated plain functions can be rebuilt")
+    return compile(padded, filename, "exec", flags=futures, dont_inherit=True)  # from its text: half a tree's time
 
 
 def _factory_code(func: types.FunctionType, tree: ast.Module, futures: int) -> types.CodeType:

@@ -8,9 +8,10 @@ Each backend module answers for its own backends next to its patches (a
 from __future__ import annotations
 
 from enum import Enum
-from typing import NamedTuple, Sequence
+from typing import Sequence
 
 from ..engine.probe import installed_version
+from ..records import record_tuple
 from .unit import MethodPatch, Verdict
 
 
@@ -25,7 +26,8 @@ class Serving(str, Enum):
         return self.value
 
 
-class Support(NamedTuple):
+@record_tuple
+class Support:
     """A backend's :class:`Serving` verdict for one plugin verify, with the reason."""
 
     verdict: Serving

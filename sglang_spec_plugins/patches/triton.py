@@ -16,13 +16,15 @@ other than ndt at start-up.
 from __future__ import annotations
 
 import re
-from typing import FrozenSet, Optional
+from typing import TYPE_CHECKING, FrozenSet, Optional
 
 from ..engine.probe import method_source
 from ..verify_layout import TREE
 from .refusal import DRAFT, TARGET, NdtGuard
-from .support import CAPTURE, Serving, Support
 from .unit import Target
+
+if TYPE_CHECKING:  # the start-up check's answer imports it
+    from .support import Support
 
 _MODULE = "sglang.srt.layers.attention.triton_backend"
 _VERIFY_LAYOUTS = ("init_forward_metadata", "_update_target_verify_buffers", "_build_cuda_graph_forward_metadata")
@@ -61,6 +63,8 @@ PATCHES = (TRITON,)
 
 def support(width: int, ndt: int, verify_shape: str, is_draft_worker: bool) -> Support:
     """What a plugin verify gets from triton (see :func:`.support.attention_support`)."""
+    from .support import CAPTURE, Serving, Support
+
     ignores = TRITON.ignored_workers()
     if width != ndt and (ignores is None or is_draft_worker in ignores):
         return Support(Serving.REFUSED, "lays TARGET_VERIFY out at speculative_num_draft_tokens (refused at start-up)")

@@ -37,13 +37,15 @@ import contextlib
 import functools
 import inspect
 import re
-from typing import Optional, Tuple
+from typing import TYPE_CHECKING, Optional, Tuple
 
 from ..errors import EngineError
 from ..verify_layout import TREE, packed_causal_mask, qo_indptr, width_of
-from .support import Serving, Support, any_applies
 from .unit import Target, Verdict, WrapPatch
 from .verify_batch import batch_width, checking
+
+if TYPE_CHECKING:  # the start-up check's answer imports it
+    from .support import Support
 
 _MODULE = "sglang.srt.layers.attention.trtllm_mha_backend"
 _CLASS = "TRTLLMHAAttnBackend"
@@ -213,14 +215,14 @@ _MASK_SLICE = 'kwargs["mask"] = mask[: group_seq_lens.shape[0]]'
 _MASKS = "_sglang_spec_plugins_xqa_masks"
 
 
-_PASSES_MASK = re.compile(r"[(,]\s*mask\s*=")  # a call given mask=...
+_PASSES_MASK = r"[(,]\s*mask\s*="  # a call given mask=... (compiled where planning or the check searches)
 
 
 def _xqa_mask_condition(source: str) -> Tuple[str, str]:
     if _MASK_SLICE in source:
         return Verdict.APPLY, ("hands XQA the causal mask built in __init__ for ndt rows per request, which the kernel "
                          "reads as q_len_per_req rows per request; passes the mask of the verified width")
-    if not _PASSES_MASK.search(source):  # forward_extend before _run_fixed_q_len_decode, or one without a mask
+    if not re.search(_PASSES_MASK, source):  # forward_extend before _run_fixed_q_len_decode, or one without a mask
         return Verdict.NOT_NEEDED, ("passes XQA no spec-decode mask (before 0.5.21); on SM90/SM120 a verify of more than "
                               "one token per request is refused at start-up")
     return Verdict.REFUSED, "unknown shape of the XQA fixed-q-len decode call"
@@ -230,7 +232,7 @@ def verify_passes_xqa_mask() -> bool:
     """Whether the installed release's uniform TARGET_VERIFY hands the decode
     kernel a spec-decode mask: its ``forward_extend`` calls with ``mask=``
     (0.5.21+, built in ``__init__``); False also where it cannot be read."""
-    return bool(_PASSES_MASK.search(_target("forward_extend").source() or ""))
+    return bool(re.search(_PASSES_MASK, _target("forward_extend").source() or ""))
 
 
 def xqa_gpu() -> Optional[str]:
@@ -306,6 +308,8 @@ PATCHES = (FIXED_WIDTH_CAPTURE, FIXED_WIDTH_REPLAY, FIXED_WIDTH_EAGER, EAGER_CHE
 
 def support(width: int, ndt: int, verify_shape: str, is_draft_worker: bool) -> Support:
     """What a plugin verify gets from trtllm_mha (see :func:`.attention_support.attention_support`)."""
+    from .support import Serving, Support, any_applies
+
     if verify_shape == TREE:
         return Support(Serving.REFUSED, "applies a causal mask only: it cannot verify a tree")
     unmasked = unmasked_xqa_verify(width)

@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import types
 from enum import Enum
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..engine.probe import member_of, method_source, resolve_method
 from ..errors import EngineError
+from ..records import record_tuple
 from . import deferred, on_import
 from .source_edit import Edit, rebuild
 
@@ -39,7 +40,8 @@ class Verdict(str, Enum):
         return self.value
 
 
-class Target(NamedTuple):
+@record_tuple
+class Target:
     """``module:Class.method``, or ``module:function`` for a top-level function."""
 
     module: str
