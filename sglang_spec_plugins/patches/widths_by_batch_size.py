@@ -224,9 +224,26 @@ def schedule_for(model_runner, num_draft_tokens: int, hold_steps: int = 0):
     policy = policy_of(model_runner.spec_algorithm)
     if policy is None:
         return None
+    graphs = decode_graphs(model_runner)
+    return policy.schedule(num_draft_tokens, bool(model_runner.is_draft_worker),
+                           None if graphs is None else captured_sizes(graphs), hold_steps)
+
+
+def decode_graphs(model_runner):
+    """The model runner's decode CUDA-graph runner; None when it serves eagerly."""
     graphs = getattr(model_runner, "decode_cuda_graph_runner", None) or getattr(model_runner, "graph_runner", None)
-    sizes = None if graphs is None or not hasattr(graphs, "capture_bs") else captured_sizes(graphs)
-    return policy.schedule(num_draft_tokens, bool(model_runner.is_draft_worker), sizes, hold_steps)
+    return graphs if graphs is not None and hasattr(graphs, "capture_bs") else None
+
+
+def replay_size(runner, batch_size: int, width: int) -> Optional[int]:
+    """The captured size the decode graph runner ``runner`` replays a batch of
+    ``batch_size`` requests verifying ``width`` tokens each on (:func:`graph_size`:
+    with SGLang's ``disable_padding``, only a graph of exactly that size); None:
+    the step runs eagerly. For a runner with widths by batch size."""
+    size = padded_size(batch_size, _state(runner).sizes_at(width))
+    if size is None or (getattr(runner, "disable_padding", False) and size != batch_size):
+        return None
+    return size
 
 
 def _seen(view):
@@ -274,10 +291,7 @@ def _can_run(runner, buckets, forward_batch, *_):
     width = _width(runner, forward_batch)
     if width is None:
         return None
-    size = padded_size(forward_batch.batch_size, _state(runner).sizes_at(width))
-    if size is None or (getattr(runner, "disable_padding", False) and size != forward_batch.batch_size):
-        return False  # no graph captured at this width holds the batch: eager
-    return width
+    return False if replay_size(runner, forward_batch.batch_size, width) is None else width  # False: eager
 
 
 def _condition(*needles):

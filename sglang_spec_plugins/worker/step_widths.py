@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Optional, Tuple
 
 from ..engine.algorithm import policy_for, required_policy
 from ..engine.facts import configured_ndt
@@ -10,7 +10,7 @@ from ..engine.step_times import HostTimer, StepClock, agreed, timer_for
 from ..engine.worker_base import ModelFreeRunner
 from ..errors import EngineError, is_plain_int
 from ..widths_by_acceptance import WidthsByAcceptance
-from ..widths_by_batch_size import graph_sizes, padded_size
+from ..widths_by_batch_size import padded_size
 
 
 _UNRESOLVED = object()
@@ -53,8 +53,8 @@ class StepWidths:
     times steps with events on its stream, so that ``record`` never makes the
     host wait for the GPU: the accept counts and the step's time are read at
     the next ``at``, once the scheduler has waited for the step's tokens. A step is timed by its width and its
-    size: the captured size whose graph it replays at that width (:func:`~.widths_by_batch_size.graph_size`),
-    or its batch size where it runs eagerly; the controller compares widths timed at one size
+    size: the captured size whose graph it replays at that width, or its batch size where it runs eagerly
+    (SGLang's ``disable_padding`` too); the controller compares widths timed at one size
     (:mod:`~.widths_by_acceptance`). The schedule is resolved at the first
     ``at``, once the runner's decode CUDA graphs are captured. Imports SGLang; EngineError for a runner whose
     algorithm is not a plugin algorithm; ConfigError for a plugins.toml
@@ -87,7 +87,8 @@ class StepWidths:
         self._step: Optional[Tuple[Optional[int], int, int]] = None  # (bucket, width, size) of the step at() answered
         self._recorded: Optional[Tuple[Optional[int], int, int, Any, int]] = None  # (bucket, width, size, count,
         # requests) unread
-        self._graph_sizes: Dict[int, Tuple[int, ...]] = {}  # per width: the captured sizes with a graph at it
+        self._graphs: Any = None  # the runner's decode CUDA-graph runner, with the schedule
+        self._replay_size: Any = None
 
     def at(self, batch_size: int, width: Optional[int] = None) -> int:
         """The width of this step, for a batch of ``batch_size`` requests;
@@ -113,15 +114,12 @@ class StepWidths:
 
     def _size(self, schedule: Any, batch_size: int, width: int) -> int:
         """The size of a step of ``batch_size`` requests at ``width``, what the controller
-        times it by: the captured size whose graph at that width it replays, else (eager)
-        its own batch size."""
+        times it by: the captured size whose graph at that width it replays
+        (:func:`~..patches.widths_by_batch_size.replay_size`), else (eager) its own batch size."""
         if schedule is None or schedule.capture_sizes is None:
             return batch_size
-        sizes = self._graph_sizes.get(width)
-        if sizes is None:
-            sizes = self._graph_sizes[width] = graph_sizes(schedule.buckets, width, schedule.capture_sizes)
-        padded = padded_size(batch_size, sizes)
-        return batch_size if padded is None else padded
+        size = self._replay_size(self._graphs, batch_size, width)
+        return batch_size if size is None else size
 
     def choices(self, batch_size: int) -> Tuple[int, ...]:
         """The widths of the bucket a batch of ``batch_size`` falls in (of the
@@ -157,7 +155,8 @@ class StepWidths:
 
     def _resolved(self):
         if self._schedule is _UNRESOLVED:
-            from ..patches.widths_by_batch_size import schedule_for
+            from ..patches.widths_by_batch_size import decode_graphs, replay_size, schedule_for
 
             self._schedule = schedule_for(self._runner, self._ndt, self._hold_steps)
+            self._graphs, self._replay_size = decode_graphs(self._runner), replay_size
         return self._schedule

@@ -126,6 +126,19 @@ def graph_runner(algo, is_draft_worker, server_args):
     return runner
 
 
+def graph_table(runner):
+    """Give the runner the graph table its ``__init__`` makes after the speculative block:
+    ``graphs``/``output_buffers`` up to 0.5.13, a runner backend's ``_graphs``/``_outputs``
+    from 0.5.14 (the release's own FullCudaGraphBackend, its CUDA state left unmade)."""
+    if hasattr(type(runner), "load_batch"):  # 0.5.14+
+        module = importlib.import_module("sglang.srt.model_executor.runner_backend.full_cuda_graph_backend")
+        backend = object.__new__(module.FullCudaGraphBackend)
+        backend._graphs, backend._outputs = {}, {}
+        runner.backend = backend
+    else:
+        runner.graphs, runner.output_buffers = {}, {}
+
+
 def graph_runner_width(algo, is_draft_worker, server_args):
     """(width, capture forward mode) of the release's decode CUDA-graph runner."""
     runner = graph_runner(algo, is_draft_worker, server_args)

@@ -164,17 +164,19 @@ def test_the_acceptance_controller_follows_the_accept_counts(load):
     assert serve(widths, clock, 1, 6, lambda width: width) == [1]  # another slot (4+ requests): its own middle candidate
 
 
-def test_the_controller_times_a_step_at_the_graph_size_it_replays(load, monkeypatch):
-    """Graphs captured for 1, 2, 4 and 8 (bucket 1's widths 1, 2, 4, 8 at 1 and 2; bucket 4's 1 and 2 at 4 and
-    8): a step's size, what the controller times it by, is the captured size whose graph at the step's width
-    holds the batch, else (eager) the batch's own size."""
-    from sglang_spec_plugins.patches import widths_by_batch_size
-    from sglang_spec_plugins.widths_by_batch_size import WidthSchedule, WidthsByBatchSize
-
-    table = WidthsByBatchSize.parse({1: [1, 2, 4, 8], 4: [1, 2]})  # toml()'s
-    monkeypatch.setattr(widths_by_batch_size, "schedule_for", lambda runner, ndt, hold: WidthSchedule(table, (1, 2, 4, 8)))
+@pytest.mark.parametrize("padding", [True, False], ids=["padding", "disable_padding"])
+def test_the_controller_times_a_step_at_the_graph_size_it_replays(load, padding):
+    """The release's decode graph runner, its graphs captured for 1, 2, 4 and 8 (bucket 1's widths 1, 2, 4, 8
+    at 1 and 2; bucket 4's 1 and 2 at 4 and 8): a step's size, what the controller times it by, is the
+    captured size whose graph at the step's width holds the batch (with SGLang's disable_padding, only a graph
+    of the batch's own size), else (eager) the batch's own size."""
+    algorithm = load("widths_by_acceptance = true\n")
+    with runner_drive.published(speculative_algorithm="PER_STEP", speculative_num_draft_tokens=NDT) as server_args:
+        graphs = runner_drive.graph_runner(algorithm, False, server_args)
+    graphs.capture_bs, graphs.disable_padding = [1, 2, 4, 8], not padding
+    runner_drive.graph_table(graphs)
     clock = Clock()
-    widths = step_widths(load("widths_by_acceptance = true\n"), now=clock)
+    widths = step_widths(algorithm, graphs, now=clock)
     controller, seen = widths._controller, []
     observe = controller.observe
 
@@ -183,17 +185,19 @@ def test_the_controller_times_a_step_at_the_graph_size_it_replays(load, monkeypa
         observe(slot, width, committed, requests, size)
 
     controller.observe = spied
-    for batch, chosen in [(3, None), (5, None), (9, None), (3, 8), (2, 4), (1, None)]:
+    for batch, chosen in [(3, None), (5, None), (9, None), (3, 8), (2, 4), (1, None), (8, None)]:
         widths.at(batch, chosen)
         clock.seconds += 0.01
         widths.record(torch.ones(batch, dtype=torch.int32))
     widths.at(1)  # the step recorded last is learnt at the next
-    # (requests, width, size): 3 and 5 replay bucket 4's graphs of 4 and 8 at its middle width (1); 9 is above
-    # every graph; width 8 has graphs only at 1 and 2 (3 runs eagerly); 2 at width 4 replays 2's; 1 at 2, 1's
-    assert seen == [(3, 1, 4), (5, 1, 8), (9, 1, 9), (3, 8, 3), (2, 4, 2), (1, 2, 1)], seen
+    # (requests, width, size): 3 and 5 replay bucket 4's graphs of 4 and 8 at its middle width (1) (padded: with
+    # padding disabled they run eagerly); 9 is above every graph; width 8 has graphs only at 1 and 2 (3 runs
+    # eagerly); 2 at width 4 replays 2's; 1 at 2, 1's; 8 at 1, 8's
+    padded = [(3, 1, 4), (5, 1, 8)] if padding else [(3, 1, 3), (5, 1, 5)]
+    assert seen == padded + [(9, 1, 9), (3, 8, 3), (2, 4, 2), (1, 2, 1), (8, 1, 8)], seen
     line = controller.describe()  # no decision yet: nothing timed
-    assert line.endswith("latest size 1); 4+ requests: width 1 of [1, 2] (committed 1.00 per request, acceptance 0.50, "
-                         "latest size 3)"), line
+    assert "latest size 1); 4+ requests: width 1 of [1, 2] (committed 1.00 per request, acceptance 0.50, " \
+           "latest size 8)" in line, line
 
 
 class LaggingDevice:

@@ -14,7 +14,6 @@ os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is first importe
 from sglang_spec_plugins.testing import aiter as aiter_harness  # noqa: E402  (sets TRITON_INTERPRET before triton)
 
 import copy  # noqa: E402
-import importlib  # noqa: E402
 import inspect  # noqa: E402
 import re  # noqa: E402
 import sys  # noqa: E402
@@ -154,20 +153,6 @@ def verify_batch(bs, width):
                                  input_ids=torch.zeros(bs * width, dtype=torch.int64))
 
 
-def graph_table(runner):
-    """Give the runner the graph table its ``__init__`` makes after the speculative block:
-    ``graphs``/``output_buffers`` up to 0.5.13, a runner backend's ``_graphs``/``_outputs``
-    from 0.5.14 (the release's own FullCudaGraphBackend, its CUDA state left unmade).
-    Returns ``{width-independent name: dict}`` as the runner shows them now."""
-    if hasattr(type(runner), "load_batch"):  # 0.5.14+
-        module = importlib.import_module("sglang.srt.model_executor.runner_backend.full_cuda_graph_backend")
-        backend = object.__new__(module.FullCudaGraphBackend)
-        backend._graphs, backend._outputs = {}, {}
-        runner.backend = backend
-    else:
-        runner.graphs, runner.output_buffers = {}, {}
-
-
 def graphs_now(runner):
     return runner.backend._graphs if hasattr(type(runner), "load_batch") else runner.graphs
 
@@ -180,7 +165,7 @@ def built_runner(algorithm):
     # Read by the capture method before its width line up to 0.5.13: the input buffers, a CUDA graph
     # object and the capture stream (none exists on a CPU; nothing here uses them before the line).
     runner.buffers, runner.stream, runner._create_device_graph = None, None, lambda: None
-    graph_table(runner)
+    runner_drive.graph_table(runner)
     return runner
 
 
@@ -387,7 +372,7 @@ def test_attention_holds_at_every_width_as_the_batch_grows_and_shrinks(monkeypat
         runner = ch.graph_runner_for(algorithm, server_args, attn, max(CAPTURED))
         runner.capture_bs, runner.speculative_num_draft_tokens = list(CAPTURED), NDT
         runner.stream, runner._create_device_graph = None, lambda: None  # read before the width line up to 0.5.13
-        graph_table(runner)
+        runner_drive.graph_table(runner)
         assert widths_by_batch_size.buckets_of(runner) == buckets
 
         def capture_metadata(size, width, info):
@@ -447,7 +432,7 @@ def test_aiter_attention_holds_at_every_width_as_the_batch_grows_and_shrinks(mon
             runner = ch.graph_runner_for(algorithm, server_args, backend, max(CAPTURED))
         runner.capture_bs, runner.speculative_num_draft_tokens = list(CAPTURED), NDT
         runner.stream, runner._create_device_graph = None, lambda: None
-        graph_table(runner)
+        runner_drive.graph_table(runner)
         gen = torch.Generator().manual_seed(3)
 
         def capture_metadata(size, width, info):
