@@ -42,6 +42,7 @@ import os
 import random
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -117,6 +118,43 @@ width below 16 runs once, at ndt 8: at ndt 16 the same width differs only in the
 ``plain_sync`` (plain decoding without the overlap scheduler, as every speculative engine here runs), the
 ``cycle*`` engines (``switch_table``: widths 4 and 8 in turn, another every step or every 16 steps) and the
 ``dflash*`` engines (batches 1-64; their tokens are never accepted with dummy weights) come last."""
+BUILD_SEP = "@"
+"""``LABEL@BUILD`` (in ``--labels``/``--only``) is the engine ``LABEL`` served by another build of this package and
+its examples: its processes find them in :func:`build_site` ``(BUILD)`` instead of :data:`SITE`
+(``e2e_speculative.sh`` installs ``.e2e/wheels-BUILD`` there), so that two builds are timed side by side in one
+group; the tables read only labels without a build."""
+SITE = "/tmp/site-proj"
+"""Where ``tools/gpu/engine/run.sh setup`` installs this package and its examples on the H200."""
+
+
+def spec_of(label: str) -> Dict[str, Any]:
+    """The :data:`ENGINES` entry of ``label`` (``LABEL@BUILD`` included)."""
+    return ENGINES[label.partition(BUILD_SEP)[0]]
+
+
+def engine_label(label: str) -> str:
+    """``label`` if it names an engine (``LABEL@BUILD`` too); argparse's type check."""
+    name, _, build = label.partition(BUILD_SEP)
+    if name not in ENGINES or (BUILD_SEP in label and not re.fullmatch(r"[\w.-]+", build)):
+        raise argparse.ArgumentTypeError(f"{label!r}: not an engine ({', '.join(ENGINES)}; LABEL@BUILD for another build)")
+    return label
+
+
+def build_site(build: str) -> str:
+    return f"{SITE}-{build}"
+
+
+def process_env(label: str, environ: Dict[str, str]) -> Dict[str, str]:
+    """The environment of the engine process ``label``: ``environ``, and for ``LABEL@BUILD`` a ``PYTHONPATH``
+    whose :data:`SITE` is the build's site instead (SGLang's scheduler processes inherit it)."""
+    env = dict(environ, PYTHONUNBUFFERED="1")
+    build = label.partition(BUILD_SEP)[2]
+    if build:
+        parts = env.get("PYTHONPATH", "").split(os.pathsep)
+        if SITE not in parts:
+            raise SystemExit(f"{label}: PYTHONPATH has no {SITE} to replace with {build_site(build)}")
+        env["PYTHONPATH"] = os.pathsep.join(build_site(build) if part == SITE else part for part in parts)
+    return env
 ACCEPTANCE_KINDS = ("static", "by_batch", "controller", "cycle")
 """The CONTROLLED_ACCEPTANCE engines: a cell per acceptance."""
 PLUGIN_KINDS = ACCEPTANCE_KINDS + ("dflash_block",)
@@ -239,7 +277,7 @@ def cell(engine, batch: int, acceptance: Optional[float], controller: bool) -> D
 
 def prepare_engine(label: str, out: Path) -> Dict[str, Any]:
     """Set this process's environment up for the engine ``label`` (its plugins.toml, or no plugin); its record."""
-    spec = ENGINES[label]
+    spec = spec_of(label)
     record: Dict[str, Any] = {"label": label, **spec, "ok": False}
     if spec["kind"] in PLUGIN_KINDS:
         config = out / "configs" / f"{label}.toml"
@@ -262,7 +300,7 @@ def launch_engine(record: Dict[str, Any], out: Path):
 
     record.update(sglang=sglang.__version__, torch=torch.__version__, device=torch.cuda.get_device_name(0))
     started = time.perf_counter()
-    engine = sglang.Engine(**engine_kwargs(ENGINES[record["label"]]))
+    engine = sglang.Engine(**engine_kwargs(spec_of(record["label"])))
     record["engine_start_s"] = round(time.perf_counter() - started, 1)
     if record["label"] == "plain":  # the continuations every CONTROLLED_ACCEPTANCE engine drafts
         runs = []
@@ -278,7 +316,7 @@ def launch_engine(record: Dict[str, Any], out: Path):
 def engine_cells(engine, label: str) -> List[Dict[str, Any]]:
     """Every cell of the engine ``label``: each batch size at each acceptance (once for an engine that drafts
     without the continuations)."""
-    spec = ENGINES[label]
+    spec = spec_of(label)
     acceptances = ACCEPTANCES if spec["kind"] in ACCEPTANCE_KINDS else (None,)
     return [cell(engine, batch, acceptance, spec["kind"] == "controller") for acceptance in acceptances
             for batch in spec.get("batches", BATCHES)]
@@ -316,7 +354,7 @@ def profile_engine(engine, label: str, out: Path) -> Dict[str, Any]:
     engine.start_profile(output_dir=str(directory), num_steps=PROFILED_STEPS, activities=["CPU", "GPU"])
     # at acceptance 0.5 a step commits under 2 tokens a request, so NEW_TOKENS outlast PROFILED_STEPS steps at
     # any width (on 2026-12-03, 40 tokens at 0.9 ended before the 24th step of widths 2 and 4: no trace written)
-    acceptance = ACCEPTANCES[0] if ENGINES[label]["kind"] in ACCEPTANCE_KINDS else None
+    acceptance = ACCEPTANCES[0] if spec_of(label)["kind"] in ACCEPTANCE_KINDS else None
     generate(engine, PROFILE_BATCH, NEW_TOKENS, acceptance)
     traces = sorted(directory.glob("*.trace.json.gz"))
     for _ in range(TRACE_SECONDS):
@@ -428,11 +466,12 @@ def done_labels(results: Path) -> set:
 
 
 def engine_process(command: List[str], out: Path, log: Path) -> subprocess.Popen:
-    """``e2e_speculative.py COMMAND --out OUT`` in its own process group (SGLang's scheduler processes with it),
-    from /tmp (no ./plugins.toml there: the engine's environment says what the loader loads)."""
+    """``e2e_speculative.py COMMAND LABEL ... --out OUT`` in its own process group (SGLang's scheduler processes
+    with it), from /tmp (no ./plugins.toml there: the engine's environment says what the loader loads), in
+    :func:`process_env`."""
     with open(log, "w") as sink:
         return subprocess.Popen([sys.executable, str(Path(__file__).resolve()), *command, "--out", str(out)], stdout=sink,
-                                stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"), cwd="/tmp",
+                                stderr=subprocess.STDOUT, env=process_env(command[1], os.environ), cwd="/tmp",
                                 start_new_session=True)
 
 
@@ -478,7 +517,7 @@ def run_main(args) -> int:
     for label in wanted:
         if label in done_labels(out / RESULTS):
             continue
-        if ENGINES[label]["kind"] not in ("plain", "ngram") and not (out / CONTINUATIONS).exists():
+        if spec_of(label)["kind"] not in ("plain", "ngram") and not (out / CONTINUATIONS).exists():
             print(f"SKIP {label}: no recorded continuations (run plain first)", flush=True)
             continue
         left = args.deadline - (time.time() - began)
@@ -560,7 +599,7 @@ class Group:
             os.killpg(self.procs[label].pid, 9)
             self.procs[label].wait()
         self.conns.pop(label, None)
-        record = self.records.setdefault(label, {"label": label, **ENGINES[label]})
+        record = self.records.setdefault(label, {"label": label, **spec_of(label)})
         record.update(ok=False, error=why)
 
     def left(self) -> float:
@@ -631,7 +670,7 @@ def together_main(args) -> int:
     (out / "logs").mkdir(parents=True, exist_ok=True)
     seed_state(out, args.state)
     write_model()
-    labels = args.labels.split(",")
+    labels = [engine_label(label) for label in args.labels.split(",")]
     group = Group(labels, out, time.time() + args.deadline)
     up = group.start(labels)
     rounds = group.rounds(up, args.rounds, args.cell_seconds)
@@ -641,7 +680,7 @@ def together_main(args) -> int:
     group.stop()
     with open(out / RESULTS, "a") as f:
         for label in labels:
-            record = group.records.get(label, {"label": label, **ENGINES[label], "ok": False, "error": "not started"})
+            record = group.records.get(label, {"label": label, **spec_of(label), "ok": False, "error": "not started"})
             if rounds.get(label):
                 record.update(ok=True, cells=median_cells(rounds[label]), rounds=rounds[label])
             elif record.get("ok") is not False:
@@ -787,6 +826,61 @@ def switch_table(results: List[Dict[str, Any]]) -> str:
     return "\n".join(rows)
 
 
+def builds_table(results: List[Dict[str, Any]]) -> str:
+    """Two builds of this package side by side (``LABEL@BUILD`` beside ``LABEL``, resident in one group): per
+    engine and (batch, acceptance), tokens/s of each (the median rounds) and their ratio, the committed tokens
+    per verify step of each (the same drafts: equal where the builds do the same work), and per engine the
+    median ratio over the cells in each round and over the median rounds."""
+    by_label = {r["label"]: r for r in results if r.get("ok")}
+    pairs = [(label, label.partition(BUILD_SEP)) for label in by_label if BUILD_SEP in label]
+    pairs = [(other, this, build) for other, (this, _, build) in pairs if this in by_label]
+    head = ["engine", "batch", "acceptance", "this tree", "build", "this ÷ build", "committed/verify: this, build"]
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    summary = ["| engine | build | this ÷ build, median over cells: each round | of the median rounds |", "|---|---|---|---|"]
+    for other, this, build in pairs:
+        mine, theirs = ({(c["batch"], c["acceptance"]): c for c in by_label[x]["cells"]} for x in (this, other))
+        ratios = []
+        for key in sorted(mine, key=lambda k: (k[1] or 0, k[0])):
+            if key not in theirs:
+                continue
+            a, b = mine[key], theirs[key]
+            ratios.append(a["tokens_per_s"] / b["tokens_per_s"])
+            rows.append("| " + " | ".join([this, str(key[0]), str(key[1]), f"{a['tokens_per_s']:.0f}", f"{b['tokens_per_s']:.0f}",
+                                           f"{ratios[-1]:.3f}", f"{a.get('committed_per_verify', '-')}, "
+                                                                f"{b.get('committed_per_verify', '-')}"]) + " |")
+        per_round = [statistics.median(x["tokens_per_s"] / y["tokens_per_s"] for x, y in zip(ra, rb))
+                     for ra, rb in zip(by_label[this].get("rounds", []), by_label[other].get("rounds", []))]
+        summary.append(f"| {this} | {build} | {', '.join(f'{r:.3f}' for r in per_round)} | "
+                       f"{statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f}) |")
+    return "\n".join(rows) + "\n\n" + "\n".join(summary)
+
+
+def against_table(results: List[Dict[str, Any]], reference: List[Dict[str, Any]]) -> str:
+    """The same engines in two calls (hosts): per engine of ``results`` that ``reference`` also ran, the median,
+    lowest and highest ratio of its cells' tokens/s to the reference's, its committed tokens per verify step
+    equal in every cell or not (the same work), its start seconds in both, and the median spread of its rounds
+    ((fastest - slowest) / median round of a cell)."""
+    ref = {r["label"]: r for r in reference if r.get("ok")}
+    head = ["engine", "÷ reference: median (lowest-highest)", "same committed/verify", "start s: this, reference",
+            "round spread: median (highest)"]
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for rec in results:
+        if not rec.get("ok") or rec["label"] not in ref:
+            continue
+        mine = {(c["batch"], c["acceptance"]): c for c in rec["cells"]}
+        theirs = {(c["batch"], c["acceptance"]): c for c in ref[rec["label"]]["cells"]}
+        keys = [k for k in mine if k in theirs]
+        ratios = [mine[k]["tokens_per_s"] / theirs[k]["tokens_per_s"] for k in keys]
+        same = all(mine[k].get("committed_per_verify") == theirs[k].get("committed_per_verify") for k in keys)
+        spreads = [(max(v) - min(v)) / lower_median(v) for v in
+                   ([c["tokens_per_s"] for c in cells_of_key] for cells_of_key in zip(*rec.get("rounds", [rec["cells"]])))]
+        rows.append("| " + " | ".join([rec["label"], f"{statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f})",
+                                       "yes" if same else "no",
+                                       f"{rec.get('engine_start_s', '-')}, {ref[rec['label']].get('engine_start_s', '-')}",
+                                       f"{statistics.median(spreads):.3f} ({max(spreads):.3f})"]) + " |")
+    return "\n".join(rows)
+
+
 def _per_verify(cell: Dict[str, Any]) -> float:
     """A cell's seconds per verify step: its seconds over ``(tokens - batch) / committed per verify`` steps."""
     return cell["seconds"] * cell["committed_per_verify"] / (cell["tokens"] - cell["batch"])
@@ -883,10 +977,10 @@ def main(argv=None) -> int:
                                  "E2E_PROFILE_BATCH requests, default 1)")
     p_together.add_argument("--profile-only", help="comma-separated labels: profile only these engines")
     p_engine = sub.add_parser("engine", help="one engine (run starts it in its own process)")
-    p_engine.add_argument("label", choices=ENGINES)
+    p_engine.add_argument("label", type=engine_label)
     p_engine.add_argument("--out", required=True)
     p_resident = sub.add_parser("resident", help="one engine of a group (together starts it in its own process)")
-    p_resident.add_argument("label", choices=ENGINES)
+    p_resident.add_argument("label", type=engine_label)
     p_resident.add_argument("--out", required=True)
     p_resident.add_argument("--address", required=True)
     p_tables = sub.add_parser("tables", help="print the README tables of a results file")
@@ -894,6 +988,8 @@ def main(argv=None) -> int:
     p_tables.add_argument("--with", dest="others", type=Path, action="append", default=[],
                           help="a results file whose engines the first lacks join the tables (first given first)")
     p_tables.add_argument("--ndt", type=int, action="append", choices=NDTS, help="only this ndt's table")
+    p_tables.add_argument("--against", type=Path, action="append", default=[],
+                          help="a results file of another call: the engines both ran, cell by cell (against_table)")
     p_relog = sub.add_parser("relog", help="read the engines' log fields again (print the results file)")
     p_relog.add_argument("results", type=Path)
     p_relog.add_argument("logs", type=Path, nargs="+", help="directories of <label>.log, oldest first")
@@ -912,6 +1008,10 @@ def main(argv=None) -> int:
             print("\n" + draft_model_table(results))
         if any(r.get("kind") == "cycle" and r.get("ok") for r in results):
             print("\n" + switch_table(results))
+        if any(BUILD_SEP in r["label"] and r.get("ok") for r in results):
+            print("\n" + builds_table(results))
+        if args.against:
+            print("\n" + against_table(read_results(args.results), [r for path in args.against for r in read_results(path)]))
         return 0
     record = {"label": args.label, "ok": False}
     try:

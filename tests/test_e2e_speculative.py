@@ -2,6 +2,7 @@
 its ndt, its graph estimate is check's, and its tables (the README's, from the committed H200 results once
 they exist) come from a results file with the bar judged cell by cell."""
 
+import argparse
 import json
 import subprocess
 import sys
@@ -22,11 +23,12 @@ TOGETHER = {ROOT / "benchmarks" / "results" / name: rounds for name, rounds in (
     ("e2e_speculative_h200_asleep_ndt8.jsonl", 3), ("e2e_speculative_h200_asleep_ndt16.jsonl", 3),
     ("e2e_speculative_h200_asleep_references.jsonl", 3), ("e2e_speculative_h200_asleep_sync.jsonl", 3),
     ("e2e_speculative_h200_switch.jsonl", 3), ("e2e_speculative_h200_gapfix_ndt8.jsonl", 3),
-    ("e2e_speculative_h200_gapfix_ndt16.jsonl", 3), ("e2e_speculative_h200_gsize_ndt8.jsonl", 3))}
+    ("e2e_speculative_h200_gapfix_ndt16.jsonl", 3), ("e2e_speculative_h200_gsize_ndt8.jsonl", 3),
+    ("e2e_speculative_h200_sync_control.jsonl", 3), ("e2e_speculative_h200_builds.jsonl", 2))}
 """Each committed ``together`` run and the rounds its engines ran at least."""
 JOINED = [line.split() for line in (ROOT / "benchmarks" / "README.md").read_text().splitlines()
-          if line.startswith("    python3 benchmarks/e2e_speculative.py tables ") and "--with" in line]
-"""The README's commands printing tables of one call joined with engines of others."""
+          if line.startswith("    python3 benchmarks/e2e_speculative.py tables ") and ("--with" in line or "--against" in line)]
+"""The README's commands printing tables of one call joined with engines of others, or against them."""
 
 
 @pytest.mark.sglang  # the engines' plugins.toml enable the controlled_acceptance example, installed with SGLang's environment
@@ -193,7 +195,7 @@ def test_the_committed_rounds_are_the_readme_tables(path):
         assert table in readme
 
 
-@pytest.mark.parametrize("command", JOINED, ids=lambda command: command[4].split("/")[-1])
+@pytest.mark.parametrize("command", JOINED, ids=lambda command: command[3].split("/")[-1])
 def test_the_readme_s_joined_tables_are_what_its_command_prints(command):
     printed = subprocess.run([sys.executable, *command[1:]], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     readme = (ROOT / "benchmarks" / "README.md").read_text()
@@ -362,3 +364,31 @@ def test_the_closed_batch_model_and_its_committed_figures():
     readme = (ROOT / "benchmarks" / "README.md").read_text()
     assert (f"width 8's steady rate is {cell['by_fixed_share']['0.5']['steady_rate_8_over_4']:.3f}x width 4's"
             in readme)
+
+
+def test_an_engine_of_another_build_finds_that_build_first(tmp_path, monkeypatch):
+    """``LABEL@BUILD`` is the engine ``LABEL`` (its plugins.toml, its kind) in processes whose ``PYTHONPATH``
+    has the build's site where this tree's is, so two builds are timed in one group; anything else is refused."""
+    env = e2e.process_env("static4_ndt8@old", {"PYTHONPATH": f"/a:{e2e.SITE}:/tmp/site"})
+    assert env["PYTHONPATH"] == "/a:/tmp/site-proj-old:/tmp/site" and env["PYTHONUNBUFFERED"] == "1"
+    assert e2e.process_env("static4_ndt8", {"PYTHONPATH": f"{e2e.SITE}:/tmp/site"})["PYTHONPATH"] == f"{e2e.SITE}:/tmp/site"
+    with pytest.raises(SystemExit, match="no /tmp/site-proj"):
+        e2e.process_env("static4_ndt8@old", {"PYTHONPATH": "/tmp/site"})
+    assert e2e.spec_of("static4_ndt8@old") is e2e.ENGINES["static4_ndt8"]
+    assert e2e.engine_label("static4_ndt8@old") == "static4_ndt8@old"
+    for wrong in ("static5_ndt8", "static4_ndt8@", "static4_ndt8@a/b"):
+        with pytest.raises(argparse.ArgumentTypeError, match="not an engine"):
+            e2e.engine_label(wrong)
+    monkeypatch.setenv("PYTHONPATH", f"{e2e.SITE}:/tmp/site")
+    (tmp_path / "logs").mkdir()
+    seen = {}
+
+    def popen(argv, **kwargs):
+        seen[argv[3]] = kwargs["env"]["PYTHONPATH"]
+        raise RuntimeError("not started")
+
+    monkeypatch.setattr(e2e.subprocess, "Popen", popen)
+    for label in ("static4_ndt8", "static4_ndt8@old"):
+        with pytest.raises(RuntimeError):
+            e2e.engine_process(["resident", label, "--address", "x"], tmp_path, tmp_path / "logs" / f"{label}.log")
+    assert seen == {"static4_ndt8": f"{e2e.SITE}:/tmp/site", "static4_ndt8@old": "/tmp/site-proj-old:/tmp/site"}
