@@ -127,3 +127,26 @@ def test_each_triton_widths_config_verifies_below_ndt():
         policy = policies[algorithm]
         policy.validate(ndt)
         assert policy.candidate_widths(ndt, False) == widths, name
+
+
+def test_triton_margins_asks_about_prompt_lookup_s_triton_divergences(tmp_path):
+    """run.sh triton_margins (0.5.17) runs margins.py once, on the committed triton divergences, for the
+    PROMPT_LOOKUP engines (trw_) in their dtype; those divergences are compare.py's reading of the committed
+    triton results, each against its own plain engine on triton in float16."""
+    timeline, records = _run_phase(tmp_path, "0.5.17", phase="triton_margins")
+    assert "margins trw rc=0" in timeline and len(records) == 1
+    path, *flags = records[0]["argv"]
+    assert Path(path).resolve() == ENGINE.parent / "results" / "triton_0.5.17" / "divergences.json"
+    assert flags == ["triton", "--prefix", "trw_", "--dtype", "float16"]
+    committed = json.loads(Path(path).read_text())
+    records_of_run = compare.load(ENGINE.parent / "results" / "triton_0.5.17")
+    assert committed == compare.divergences(records_of_run)
+    asked = [d for d in committed if d["label"].startswith("trw_")]
+    assert len(asked) == 40 and {d["baseline"] for d in asked} == {"trw_base_cg", "trw_base_nocg"}
+    plain = records_of_run["trw_base_cg"]  # no model named: $ENGINE_MODEL, which margins.py is run under too
+    assert (plain["backend"], plain["dtype"], plain["model"]) == ("triton", "float16", None)
+
+
+def test_triton_margins_is_skipped_on_0_5_16(tmp_path):
+    timeline, records = _run_phase(tmp_path, "0.5.16", phase="triton_margins")
+    assert records == [] and "SKIP triton_margins" in timeline

@@ -60,3 +60,22 @@ def test_the_committed_margins_are_the_model_s():
     committed = [json.loads(line) for line in (RESULTS / "reference_margins.jsonl").read_text().splitlines()]
     again = reference_margins.margins(RESULTS, "trs_sbd_nocg", 29)
     assert again == [{k: v for k, v in row.items() if k != "label"} for row in committed if row["label"] == "trs_sbd_nocg"]
+
+
+def test_each_prompt_lookup_divergence_was_a_near_tie_on_the_h200():
+    """margins.py on the H200's plain triton engine (float16): every PROMPT_LOOKUP divergence of the committed
+    divergences.json, graphs on and off, is between the plain engine's two most likely tokens, as the README says."""
+    divergences = json.loads((RESULTS / "divergences.json").read_text())
+    assert divergences == compare.divergences(compare.load(RESULTS))
+    measured = compare.margins(RESULTS)
+    assert {label: m["divergences"] for label, m in measured.items()} == {
+        "trw_pl_widths_nocg": 9, "trw_pl_widths_cg": 9, "trw_pl_below_nocg": 11, "trw_pl_below_cg": 11}
+    assert all(m["chosen_are_top2"] == m["divergences"] and m["max_margin"] <= 0.0625 for m in measured.values())
+    rows = [json.loads(line) for line in (RESULTS / "margins.jsonl").read_text().splitlines()]
+    asked = {(d["label"], d["batch"], d["prompts"], d["request"], d["position"]) for d in divergences
+             if d["label"].startswith("trw_")}
+    assert {(r["label"], r["batch"], r["prompts"], r["request"], r["position"]) for r in rows} == asked
+    readme = (RESULTS / "README.md").read_text()
+    assert "in all 40" in readme and "at most 0.0625 apart" in readme
+    for label, m in measured.items():
+        assert f"| {label} | {m['divergences']} | {m['chosen_are_top2']} | {m['max_margin']} |" in readme

@@ -2,7 +2,7 @@
 # On the H200 machine, from the root of the tree a device call sent (carry: .e2e, built by site.sh):
 #   tools/gpu/engine/run.sh PHASE...      phases: setup single flashinfer triton deterministic precision widths
 #                                         draft draft_accepting drafts draft_speed sbd tp margins draft_margins soak
-#                                         triton_widths (0.5.17)
+#                                         triton_widths triton_margins (0.5.17)
 # SGLANG_RELEASE (default 0.5.16): the release site.sh built, read from its folder: 0.5.16 .e2e, 0.5.17 .e2e17
 # (carry .e2e17/site.tar.xz, .e2e17/wheels and .e2e17/cache if any). The other phases were written for 0.5.16
 # and run on 0.5.17 too, but their expectations are 0.5.16's (there triton below ndt is refused: tri_pl_below_refused)
@@ -52,6 +52,8 @@
 #         with widths by batch size (plugins_widths.toml: 4 below 8 requests, 2 from 8, ndt 4) on batches that
 #         shrink as they decode (--staggered), and at width 2 below ndt 4 (plugins_below.toml, what 0.5.16
 #         refused) (trw_*); each beside the plain engines of its model and setting. compare.py: identity with plain
+# triton_margins (0.5.17) margins (above) of PROMPT_LOOKUP's triton divergences (results/triton_0.5.17/
+#         divergences.json, the trw_ engines) on the plain triton engine of the tiny target in float16
 # $OUT gets: engines.jsonl (one line per engine), timeline.txt, logs.tar.xz, and the JIT caches.
 set -u
 T0=$(date +%s); H=$PWD/tools/gpu/engine
@@ -248,6 +250,10 @@ for phase in "$@"; do
         (cd /tmp && ENGINE_MODEL=$2 timeout 300 python3 $H/margins.py $H/../results/$3/divergences.json flashinfer \
            --prefix ${1}_ > $LOGS/margins_$1.log 2>&1); tl "margins $1 rc=$?"
       done ;;
+    triton_margins)  # PROMPT_LOOKUP's triton divergences of 0.5.17 (trw_*: the tiny target, drawn on the GPU)
+      if [ "$R" = 0.5.16 ]; then tl "SKIP triton_margins: the divergences are 0.5.17's (SGLANG_RELEASE=0.5.17)"
+      else (cd /tmp && timeout 300 python3 $H/margins.py $H/../results/triton_0.5.17/divergences.json triton \
+              --prefix trw_ --dtype float16 > $LOGS/margins_trw.log 2>&1); tl "margins trw rc=$?"; fi ;;
     margins)  # how close each divergence of results/engine/divergences.json was (margins.py)
       for backend in ${MARGINS:-flashinfer triton}; do
         (cd /tmp && timeout 200 python3 $H/margins.py $H/../results/engine/divergences.json $backend \
