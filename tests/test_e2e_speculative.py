@@ -392,3 +392,39 @@ def test_an_engine_of_another_build_finds_that_build_first(tmp_path, monkeypatch
         with pytest.raises(RuntimeError):
             e2e.engine_process(["resident", label, "--address", "x"], tmp_path, tmp_path / "logs" / f"{label}.log")
     assert seen == {"static4_ndt8": f"{e2e.SITE}:/tmp/site", "static4_ndt8@old": "/tmp/site-proj-old:/tmp/site"}
+
+
+def _rounds_of(record, factors):
+    """``record`` with one round per factor (its cells' tokens/s times that factor), its cells the median round's."""
+    record = dict(record, rounds=[[dict(c, tokens_per_s=c["tokens_per_s"] * f) for c in record["cells"]] for f in factors])
+    record["cells"] = e2e.median_cells(record["rounds"])
+    return record
+
+
+def test_the_builds_table_sets_each_engine_beside_its_other_build():
+    """``LABEL@BUILD`` beside ``LABEL``: each cell's ratio, the committed tokens per verify step of both, and the
+    median ratio of each round and of the median rounds; an engine without its other build is left out."""
+    base = {r["label"]: r for r in synthetic(lambda label, batch, acceptance: 1.5)}
+    this = _rounds_of(base["static4_ndt8"], [1.1, 1.0, 1.2])
+    other = _rounds_of(dict(base["static4_ndt8"], label="static4_ndt8@asleep"), [1.0, 1.0, 1.0])
+    text = e2e.builds_table([this, other, base["static8_ndt8"]])
+    cells_rows = [line for line in text.splitlines() if line.startswith("| static4_ndt8 | ") and "| asleep |" not in line]
+    assert len(cells_rows) == len(e2e.BATCHES) * len(e2e.ACCEPTANCES)
+    assert all("| 1.100 | 2.5, 2.5 |" in line for line in cells_rows)
+    assert "| static4_ndt8 | asleep | 1.100, 1.000, 1.200 | 1.100 (1.100-1.100) |" in text
+    assert "static8_ndt8" not in text
+
+
+def test_the_against_table_compares_each_engine_with_another_call_s():
+    """Per engine both calls ran: its cells' ratios (median, lowest, highest), whether it committed the same tokens per
+    verify step in every cell, the start seconds of both, and how far apart its rounds were."""
+    reference = synthetic(lambda label, batch, acceptance: 2.0)
+    results = synthetic(lambda label, batch, acceptance: 2.0 * (0.9 if batch == 1 else 0.8))
+    by_label = {r["label"]: dict(r, engine_start_s=30.0) for r in results}
+    static = _rounds_of(by_label["static4_ndt8"], [1.0, 1.1, 0.9])
+    static["cells"][0] = dict(static["cells"][0], committed_per_verify=2.4)
+    results = [by_label["plain_sync"], static]
+    text = e2e.against_table(results, reference)
+    assert "| plain_sync | 0.800 (0.800-0.900) | yes | 30.0, - | 0.000 (0.000) |" in text
+    assert "| static4_ndt8 | 0.800 (0.800-0.900) | no | 30.0, - | 0.200 (0.200) |" in text
+    assert text.count("\n") == 3  # the head, its rule and the two engines both ran
