@@ -121,7 +121,8 @@ width below 16 runs once, at ndt 8: at ndt 16 the same width differs only in the
 BUILD_SEP = "@"
 """``LABEL@BUILD`` (in ``--labels``/``--only``) is the engine ``LABEL`` served by another build of this package and
 its examples: its processes find them in :func:`build_site` ``(BUILD)`` instead of :data:`SITE`
-(``e2e_speculative.sh`` installs ``.e2e/wheels-BUILD`` there), so that two builds are timed side by side in one
+(``tools/gpu/engine/run.sh setup``, which ``e2e_speculative.sh`` runs, installs ``.e2e/wheels-BUILD``
+there), so that two builds are timed side by side in one
 group; the tables read only labels without a build."""
 SITE = "/tmp/site-proj"
 """Where ``tools/gpu/engine/run.sh setup`` installs this package and its examples on the H200."""
@@ -810,7 +811,7 @@ def switch_table(results: List[Dict[str, Any]]) -> str:
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     if every not in by_label or runs not in by_label:
         return "\n".join(rows)
-    median = [{(c["batch"], c["acceptance"]): c for c in by_label[x]["cells"]} for x in (every, runs)]
+    median = [_by_cell(by_label[x]) for x in (every, runs)]
     fastest = [fastest_cells(by_label[x]) for x in (every, runs)]
     for a in ACCEPTANCES:
         for b in BATCHES:
@@ -838,7 +839,7 @@ def builds_table(results: List[Dict[str, Any]]) -> str:
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     summary = ["| engine | build | this ÷ build, median over cells: each round | of the median rounds |", "|---|---|---|---|"]
     for other, this, build in pairs:
-        mine, theirs = ({(c["batch"], c["acceptance"]): c for c in by_label[x]["cells"]} for x in (this, other))
+        mine, theirs = _by_cell(by_label[this]), _by_cell(by_label[other])
         ratios = []
         for key in sorted(mine, key=lambda k: (k[1] or 0, k[0])):
             if key not in theirs:
@@ -851,7 +852,7 @@ def builds_table(results: List[Dict[str, Any]]) -> str:
         per_round = [statistics.median(x["tokens_per_s"] / y["tokens_per_s"] for x, y in zip(ra, rb))
                      for ra, rb in zip(by_label[this].get("rounds", []), by_label[other].get("rounds", []))]
         summary.append(f"| {this} | {build} | {', '.join(f'{r:.3f}' for r in per_round)} | "
-                       f"{statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f}) |")
+                       f"{_ratio_range(ratios)} |")
     return "\n".join(rows) + "\n\n" + "\n".join(summary)
 
 
@@ -867,18 +868,27 @@ def against_table(results: List[Dict[str, Any]], reference: List[Dict[str, Any]]
     for rec in results:
         if not rec.get("ok") or rec["label"] not in ref:
             continue
-        mine = {(c["batch"], c["acceptance"]): c for c in rec["cells"]}
-        theirs = {(c["batch"], c["acceptance"]): c for c in ref[rec["label"]]["cells"]}
+        mine, theirs = _by_cell(rec), _by_cell(ref[rec["label"]])
         keys = [k for k in mine if k in theirs]
         ratios = [mine[k]["tokens_per_s"] / theirs[k]["tokens_per_s"] for k in keys]
         same = all(mine[k].get("committed_per_verify") == theirs[k].get("committed_per_verify") for k in keys)
         spreads = [(max(v) - min(v)) / lower_median(v) for v in
                    ([c["tokens_per_s"] for c in cells_of_key] for cells_of_key in zip(*rec.get("rounds", [rec["cells"]])))]
-        rows.append("| " + " | ".join([rec["label"], f"{statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f})",
+        rows.append("| " + " | ".join([rec["label"], _ratio_range(ratios),
                                        "yes" if same else "no",
                                        f"{rec.get('engine_start_s', '-')}, {ref[rec['label']].get('engine_start_s', '-')}",
                                        f"{statistics.median(spreads):.3f} ({max(spreads):.3f})"]) + " |")
     return "\n".join(rows)
+
+
+def _by_cell(record: Dict[str, Any]) -> Dict[tuple, Dict[str, Any]]:
+    """``{(batch, acceptance): cell}`` of a record's (median) cells."""
+    return {(c["batch"], c["acceptance"]): c for c in record["cells"]}
+
+
+def _ratio_range(ratios: List[float]) -> str:
+    """``median (lowest-highest)`` of ``ratios``."""
+    return f"{statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f})"
 
 
 def _per_verify(cell: Dict[str, Any]) -> float:

@@ -10,7 +10,7 @@
 # one batch of E2E_PROFILE_BATCH requests (default 1) per engine (PROFILE_ONLY: of these labels) under SGLang's
 # profiler (each record's "profile": where the host waits; the traces in profiles.tar).
 # Another build of this package and its examples, timed beside this tree's (an engine labelled LABEL@BUILD):
-# its wheels in .e2e/wheels-BUILD (carried), installed into /tmp/site-proj-BUILD.
+# its wheels in .e2e/wheels-BUILD (carried), installed into /tmp/site-proj-BUILD by run.sh setup.
 # $OUT gets e2e_speculative.jsonl (every engine so far), continuations.json, logs.tar.xz (logs/ and configs/) and
 # the JIT caches.
 set -u
@@ -22,12 +22,6 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 lscpu | grep -E "^(Model name|CPU\(s\)|Thread|Core|Socket)"; uptime
 NO_ARCHIVE=1 OUT=/tmp/e2e-setup tools/gpu/engine/run.sh setup
 cat /tmp/e2e-setup/setup.log
-for d in "$E"/wheels-*/; do
-  [ -d "$d" ] || continue
-  b=$(basename "$d"); b=${b#wheels-}
-  rm -rf "/tmp/site-proj-$b" && python3 -m pip install -q --no-index --no-deps --no-compile --target "/tmp/site-proj-$b" "$d"*.whl
-  echo "build $b: $(ls "$d")"
-done
 export PYTHONPATH=/tmp/site-proj:/tmp/site
 if [ -n "${ENGINE_GROUPS:-}" ]; then
   IFS=';' read -ra groups <<< "$ENGINE_GROUPS"

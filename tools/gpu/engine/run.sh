@@ -6,7 +6,8 @@
 # SGLANG_RELEASE (default 0.5.16): the release site.sh built, read from its folder: 0.5.16 .e2e, 0.5.17 .e2e17
 # (carry .e2e17/site.tar.xz, .e2e17/wheels and .e2e17/cache if any). The other phases were written for 0.5.16
 # and run on 0.5.17 too, but their expectations are 0.5.16's (there triton below ndt is refused: tri_pl_below_refused)
-# setup   unpack .e2e/site.tar.xz to /tmp/site, install .e2e/wheels to /tmp/site-proj, write the model
+# setup   unpack .e2e/site.tar.xz to /tmp/site, install .e2e/wheels to /tmp/site-proj (.e2e/wheels-BUILD to
+#         /tmp/site-proj-BUILD), write the model
 # single  two queues of engines at once, one per GPU (GPU 0: triton, GPU 1: flashinfer; on a one-GPU
 #         machine both on GPU 0, one after the other): plain decoding, PROMPT_LOOKUP below and at ndt,
 #         graphs on and off, SGLang's NGRAM, and triton below ndt, which the loader refuses
@@ -77,7 +78,13 @@ setup() {
     rm -rf /tmp/site && mkdir -p /tmp/site && tar -xJf $E/site.tar.xz -C /tmp/site && echo $R > /tmp/site/.unpacked
   fi
   for cache in $E/cache/*.tar.xz; do [ -f "$cache" ] && tar -xJf "$cache" -C / ; done
-  rm -rf /tmp/site-proj && python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site-proj $E/wheels/*.whl
+  # this tree's wheels into /tmp/site-proj; another build's (.e2e/wheels-BUILD, e2e_speculative.py's LABEL@BUILD)
+  # into /tmp/site-proj-BUILD
+  for d in $E/wheels $E/wheels-*; do
+    [ -d "$d" ] || continue
+    site=/tmp/site-proj${d#$E/wheels}
+    rm -rf $site && python3 -m pip install -q --no-index --no-deps --no-compile --target $site $d/*.whl
+  done
   python3 -c "import sglang, sglang_spec_plugins, flashinfer, sgl_kernel; print('sglang', sglang.__version__, 'flashinfer', flashinfer.__version__)"
   [ -f $ENGINE_MODEL/model.safetensors ] || python3 $H/make_model.py $ENGINE_MODEL
   # the draft-model phases' checkpoints (drafts in SGLang's DFlash layout; make_model.py says how)
