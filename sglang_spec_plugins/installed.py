@@ -46,7 +46,7 @@ def plugin_entry_points(group: str, environ: Mapping[str, str] = os.environ) -> 
     path = where / f"plugin-distributions-{key[:20]}.json"
     folders = [_folder(entry) for entry in sys.path]
     entry = read_entry(path, key, _FIELDS)
-    if entry is not None and entry["folders"] == folders and all(list(file_stamp(p)) == was for p, *was in entry["infos"]):
+    if entry is not None and entry["folders"] == folders and all(file_stamp(p) == (size, mtime) for p, size, mtime in entry["infos"]):
         kept = _read_kept(entry["value"], group)
         if kept is not None:
             return kept

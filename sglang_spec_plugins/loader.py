@@ -190,8 +190,19 @@ def _visible_before_logging_is_configured() -> None:
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("[%(asctime)s] %(message)s", "%Y-%m-%d %H:%M:%S"))
     logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
+    _set_level(logging.INFO)
     logger.propagate = False
+
+
+def _set_level(level: int) -> None:
+    """``logger.setLevel(level)``, forgetting the cached answers of only the
+    loggers whose answer it changes: ours and those below it. ``setLevel``
+    forgets every logger's, about 1,000 in an SGLang scheduler (0.5 ms)."""
+    logger.level = level
+    below = logger.name + "."
+    for name, other in list(logging.Logger.manager.loggerDict.items()):
+        if (other is logger or name.startswith(below)) and isinstance(other, logging.Logger):
+            other._cache.clear()  # what Logger.setLevel clears (every logger's, through Manager._clear_cache)
 
 
 def _reset_for_tests() -> None:

@@ -76,18 +76,10 @@ class _PluginCode:
         return f"{plugin_origin(self.plugin, self.distribution)}: still {self.doing or 'running ' + self.what} after {SLOW_S} s"
 
     def __enter__(self) -> None:
-        _watch.start(self)
-        try:
-            self._me = _refuse_os_exit()
-        except BaseException:
-            _watch.stop(self)
-            raise
+        self._me = _running.enter(self)
 
     def __exit__(self, kind, exc, tb) -> bool:
-        try:
-            _allow_os_exit(self._me)
-        finally:
-            _watch.stop(self)
+        _running.leave(self, self._me)
         if exc is None or isinstance(exc, PluginInterrupted):
             return False
         if isinstance(exc, KeyboardInterrupt):
@@ -152,77 +144,68 @@ def package_fault(exc: BaseException) -> str:
     return f"unexpected {type(exc).__name__}: {exc} (a bug in sglang-spec-plugins; please report it)"
 
 
-class _Watch:
-    """Plugin code running now, and one daemon thread (started at the first
-    call, again in a forked child) that warns about each call still running
-    :data:`SLOW_S` seconds after it began. One thread for all calls: the loader
-    makes hundreds of short calls, and starting a thread for each cost more
-    than the calls. It is started with ``_thread``, which does not wait for
-    the new thread to run (``threading.Thread.start`` does: 1-3 ms on a busy
-    2-core machine); like a daemon thread, it does not hold up the exit."""
+class _Running:
+    """Plugin code running now, in one place behind one lock (the loader
+    enters hundreds of short calls): each call's deadline, and for each thread
+    how many calls it is inside, ``os._exit`` raising :class:`OsExitCalled` in
+    a thread inside one (other threads end the process as before). One daemon
+    thread (started at the first call, again in a forked child) warns about
+    each call still running :data:`SLOW_S` seconds after it began. It is
+    started with ``_thread``, which does not wait for the new thread to run
+    (``threading.Thread.start`` does: 1-3 ms on a busy 2-core machine); like a
+    daemon thread, it does not hold up the exit."""
 
     def __init__(self):
         self._lock = threading.Lock()
-        self._running: Dict["_PluginCode", float] = {}  # call -> its deadline on time.monotonic()
+        self._deadlines: Dict["_PluginCode", float] = {}  # call -> its deadline on time.monotonic()
         self._started = False
 
-    def start(self, call: "_PluginCode") -> None:
-        """Watch ``call`` from now on, until :meth:`stop`."""
+    def enter(self, call: "_PluginCode") -> int:
+        """Watch ``call`` from now on and refuse ``os._exit`` in this thread,
+        until :meth:`leave` with the thread's ident this returns; calls nest."""
+        me = threading.get_ident()
         with self._lock:
-            self._running[call] = time.monotonic() + SLOW_S
-            if not self._started:
-                _thread.start_new_thread(self._run, ())
+            if not self._started:  # first: where it cannot start, nothing has changed
+                _thread.start_new_thread(self._warn_when_due, ())
                 self._started = True
+            self._deadlines[call] = time.monotonic() + SLOW_S
+            _depth[me] = _depth.get(me, 0) + 1
+            os._exit = _exit
+        return me
 
-    def stop(self, call: "_PluginCode") -> None:
+    def leave(self, call: "_PluginCode", me: int) -> None:
         with self._lock:
-            self._running.pop(call, None)
+            self._deadlines.pop(call, None)
+            _depth[me] -= 1
+            if not _depth[me]:
+                del _depth[me]
+            if not _depth:
+                os._exit = _real_exit
 
-    def _run(self) -> None:
+    def _warn_when_due(self) -> None:
         threading.current_thread().name = "sglang-spec-plugins-watch"
         while True:
             with self._lock:
                 now = time.monotonic()
-                due = sorted((c for c, deadline in self._running.items() if deadline <= now), key=self._running.__getitem__)
+                due = sorted((c for c, deadline in self._deadlines.items() if deadline <= now), key=self._deadlines.__getitem__)
                 for call in due:
-                    del self._running[call]
-                wait = min(self._running.values(), default=now + SLOW_S) - now
+                    del self._deadlines[call]
+                wait = min(self._deadlines.values(), default=now + SLOW_S) - now
             for call in due:
                 logger.warning("sglang-spec-plugins: %s", call.slow_line())
             if not due:  # a call started later is due later than every one watched now
                 time.sleep(wait)
 
 
-_watch = _Watch()
-os.register_at_fork(after_in_child=_watch.__init__)  # the child has no watching thread, nor a held lock
-
-
 _real_exit = os._exit
-_guarded = {}  # thread ident -> depth of plugin code running in it
-_lock = threading.Lock()
+_depth: Dict[int, int] = {}  # thread ident -> how many plugin calls it is inside (kept across a fork: the child leaves them)
 
 
 def _exit(code):
-    if threading.get_ident() in _guarded:
+    if threading.get_ident() in _depth:
         raise OsExitCalled(code)
     _real_exit(code)
 
 
-def _refuse_os_exit() -> int:
-    """From now on ``os._exit`` raises :class:`OsExitCalled` in this thread
-    (other threads end the process as before), until :func:`_allow_os_exit`
-    with the thread's ident this returns; calls nest."""
-    me = threading.get_ident()
-    with _lock:
-        _guarded[me] = _guarded.get(me, 0) + 1
-        os._exit = _exit
-    return me
-
-
-def _allow_os_exit(me: int) -> None:
-    with _lock:
-        _guarded[me] -= 1
-        if not _guarded[me]:
-            del _guarded[me]
-        if not _guarded:
-            os._exit = _real_exit
+_running = _Running()
+os.register_at_fork(after_in_child=_running.__init__)  # the child has no watching thread, nor a held lock

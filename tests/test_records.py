@@ -157,3 +157,27 @@ def test_a_field_without_a_default_after_one_with_a_default_is_refused():
         class Misordered:
             first: int = 0
             second: int
+
+
+@pytest.mark.parametrize("args, kwargs, message", [
+    ((), {}, "missing required argument: 'left'"),
+    ((1,), {"left": 2}, "multiple values for argument 'left'"),
+    ((1,), {"colour": 1}, "unexpected keyword argument 'colour'"),
+    ((1, "a", 3), {}, "takes 2 positional arguments but 3 were given"),
+])
+def test_a_named_tuple_refuses_wrong_arguments_as_its_constructor_would(args, kwargs, message):
+    with pytest.raises(TypeError):
+        TypedPair(*args, **kwargs)
+    with pytest.raises(TypeError, match=message):
+        Pair(*args, **kwargs)
+
+
+def test_a_named_tuple_made_or_replaced_with_the_wrong_fields_is_refused():
+    with pytest.raises(TypeError, match="Expected 2 arguments, got 3"):
+        Pair._make([1, 2, 3])
+    with pytest.raises(ValueError, match=r"unexpected field names: \['colour'\]"):
+        Pair(1)._replace(colour=2)
+    assert Pair(1, right="x") == Pair(left=1, right="x") == Pair(*[1, "x"]) and Pair.left.__doc__ == TypedPair.left.__doc__
+    match Pair(4, "w"):
+        case Pair(left, right):
+            assert (left, right) == (4, "w")

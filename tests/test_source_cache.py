@@ -46,6 +46,8 @@ def entries(where):
 
 
 def test_python_files_lists_every_py_file_sorted(tree):
+    (tree / "managers" / "__pycache__").mkdir()
+    (tree / "managers" / "__pycache__" / "stray.py").write_text("")  # a bytecode folder is not entered
     assert [rel for rel, *_ in python_files(tree)] == ["a.py", "managers/b.py"]
 
 

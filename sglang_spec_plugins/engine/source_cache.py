@@ -55,7 +55,8 @@ logger = logging.getLogger("sglang_spec_plugins")
 
 def python_files(root: Path) -> List[SourceFile]:
     """Every ``.py`` file under ``root``, sorted by relative path (one
-    directory scan, no ``Path`` per file: ``Path.rglob`` takes twice as long)."""
+    directory scan, no ``Path`` per file: ``Path.rglob`` takes twice as long;
+    ``__pycache__`` folders, which hold none, are not entered)."""
     found: List[SourceFile] = []
     pending = [(str(root), "")]
     while pending:
@@ -66,7 +67,8 @@ def python_files(root: Path) -> List[SourceFile]:
             continue
         for entry in entries:
             if entry.is_dir():
-                pending.append((entry.path, f"{prefix}{entry.name}/"))
+                if entry.name != "__pycache__":
+                    pending.append((entry.path, f"{prefix}{entry.name}/"))
             elif entry.name.endswith(".py") and entry.is_file():
                 stat = entry.stat()
                 found.append((prefix + entry.name, entry.path, stat.st_size, stat.st_mtime_ns))
