@@ -42,6 +42,7 @@ process wrote). Each child records the 1-minute load average it started at.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import platform
@@ -129,11 +130,15 @@ def child(scenario: str, modules: list) -> None:
         return {name: (_timed(func, name, entry_s), dist) for name, (func, dist) in found.items()}
 
     plugins.load_plugins_by_group = timed_group
+    collections = _GarbageCollections()
+    gc.callbacks.append(collections)
     started = time.perf_counter()
     plugins.load_plugins()
     load_s = time.perf_counter() - started
+    gc.callbacks.remove(collections)
     result = dict(sglang_import_ms=sglang_import_s * 1e3, load_plugins_ms=load_s * 1e3,
-                  entry_point_ms=entry_s.get("sglang_spec_plugins", 0.0) * 1e3, load_1m=os.getloadavg()[0])
+                  entry_point_ms=entry_s.get("sglang_spec_plugins", 0.0) * 1e3, load_1m=os.getloadavg()[0],
+                  gc_ms=collections.ms, gc_full=collections.full)
     if "sglang_spec_plugins" in sys.modules:
         from sglang_spec_plugins.engine import probe, source_text
         from sglang_spec_plugins.loader import load
@@ -214,6 +219,22 @@ def _cpu_stand_ins():
     return load("_bench.testing.cpu", package / "testing" / "cpu.py")
 
 
+class _GarbageCollections:
+    """A ``gc.callbacks`` entry adding up the time Python's cyclic collector
+    ran (``ms``) and how many of its runs were full ones (``full``: generation
+    2, which walks every object the process holds, SGLang's included)."""
+
+    def __init__(self):
+        self.ms, self.full, self._started = 0.0, 0, 0.0
+
+    def __call__(self, phase, info):
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.ms += (time.perf_counter() - self._started) * 1e3
+            self.full += info["generation"] == 2
+
+
 def _timed(func, name, into):
     def run():
         started = time.perf_counter()
@@ -286,6 +307,8 @@ def main() -> None:
             "load_plugins_with_ours_ms": round(med(ours, "load_plugins_ms"), 1),
             "added_by_ours_ms": round(med(ours, "load_plugins_ms") - med(base, "load_plugins_ms"), 1),
             "our_entry_point_call_ms": round(med(ours, "entry_point_ms"), 1),
+            "garbage_collection_ms": {"sglang": round(med(base, "gc_ms"), 1), "with_ours": round(med(ours, "gc_ms"), 1)},
+            "full_collections": {"sglang": sum(r["gc_full"] for r in base), "with_ours": sum(r["gc_full"] for r in ours)},
             "replan_every_patch_cold_ms": round(med(ours, "replan_cold_ms"), 1),
             "registered_algorithms": ours[0]["registered"],
             "patch_verdicts": ours[0]["patches"],
@@ -301,11 +324,13 @@ def main() -> None:
     loads = [r["load_1m"] for rows in runs.values() for r in rows]
     print(f"load average (1 min) at the children's start: {min(loads):.2f} to {max(loads):.2f}")
     if loader:
-        print(f"{'scenario':<11}{'SGLang load_plugins':>21}{'with ours':>11}{'added':>8}{'our call':>10}{'plan':>7}  (ms, medians of {args.repeat})")
+        print(f"{'scenario':<11}{'SGLang load_plugins':>21}{'with ours':>11}{'added':>8}{'our call':>10}{'plan':>7}"
+              f"{'gc with ours':>14}{'full gc':>9}  (ms, medians of {args.repeat}; full collections: how many runs)")
         for scenario in LOADER_SCENARIOS:
             s = summary[scenario]
             print(f"{scenario:<11}{s['sglang_load_plugins_ms']:>21}{s['load_plugins_with_ours_ms']:>11}"
-                  f"{s['added_by_ours_ms']:>8}{s['our_entry_point_call_ms']:>10}{s['replan_every_patch_cold_ms']:>7}")
+                  f"{s['added_by_ours_ms']:>8}{s['our_entry_point_call_ms']:>10}{s['replan_every_patch_cold_ms']:>7}"
+                  f"{s['garbage_collection_ms']['with_ours']:>14}{s['full_collections']['with_ours']:>9}")
     for state in CACHE_STATES if check else ():
         s = summary[f"check_cache_{state}"]
         print(f"start-up check, cache {state:<5} {s['check_ms']:>8} ms (range {s['check_ms_range'][0]} to "

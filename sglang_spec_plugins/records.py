@@ -90,27 +90,34 @@ def _shown_default(f: dataclasses.Field) -> Any:
 
 def _init(self, *args: Any, **kwargs: Any) -> None:
     fields = self._record_init
-    if len(args) > len(fields):
-        raise TypeError(f"{type(self).__name__}() takes {len(fields)} positional arguments but {len(args)} were given")
-    for (name, _, _), value in zip(fields, args):
-        if name in kwargs:
-            raise TypeError(f"{type(self).__name__}() got multiple values for argument {name!r}")
+    for (name, _, _), value in zip(fields, _arguments(type(self).__name__, fields, args, kwargs)):
         object.__setattr__(self, name, value)
-    for name, default, factory in fields[len(args):]:
-        if name in kwargs:
-            value = kwargs.pop(name)
-        elif default is not dataclasses.MISSING:
-            value = default
-        elif factory is not dataclasses.MISSING:
-            value = factory()
-        else:
-            raise TypeError(f"{type(self).__name__}() missing required argument: {name!r}")
-        object.__setattr__(self, name, value)
-    if kwargs:  # what is left names no field
-        raise TypeError(f"{type(self).__name__}() got an unexpected keyword argument {next(iter(kwargs))!r}")
     post_init = getattr(self, "__post_init__", None)
     if post_init is not None:
         post_init()
+
+
+def _arguments(name: str, fields: Tuple[Tuple[str, Any, Any], ...], args: tuple, kwargs: dict) -> list:
+    """The values a constructor of ``name`` takes for ``fields`` (each ``(field, default, default factory)``,
+    ``dataclasses.MISSING`` where there is none) from ``args`` and ``kwargs`` (emptied of the fields)."""
+    if len(args) > len(fields):
+        raise TypeError(f"{name}() takes {len(fields)} positional arguments but {len(args)} were given")
+    repeated = [field for field, _, _ in fields[:len(args)] if field in kwargs]
+    if repeated:
+        raise TypeError(f"{name}() got multiple values for argument {repeated[0]!r}")
+    values = list(args)
+    for field, default, factory in fields[len(args):]:
+        if field in kwargs:
+            values.append(kwargs.pop(field))
+        elif default is not dataclasses.MISSING:
+            values.append(default)
+        elif factory is not dataclasses.MISSING:
+            values.append(factory())
+        else:
+            raise TypeError(f"{name}() missing required argument: {field!r}")
+    if kwargs:  # what is left names no field
+        raise TypeError(f"{name}() got an unexpected keyword argument {next(iter(kwargs))!r}")
+    return values
 
 
 def _values(self, names: Tuple[str, ...]) -> tuple:
@@ -149,6 +156,7 @@ def record_tuple(cls: T) -> T:
         raise TypeError(f"{cls.__name__}: a field without a default follows one with a default")
     namespace = dict(_TUPLE_METHODS, __slots__=(), __match_args__=fields, _fields=fields,
                      _field_defaults={name: own[name] for name in given}, __module__=cls.__module__,
+                     _record_init=tuple((name, own.get(name, dataclasses.MISSING), dataclasses.MISSING) for name in fields),
                      __qualname__=cls.__qualname__, __annotations__=annotations,
                      __doc__=f"{cls.__name__}({', '.join(fields)})")
     namespace.update((name, _field(i, f"Alias for field number {i}")) for i, name in enumerate(fields))
@@ -159,29 +167,8 @@ def record_tuple(cls: T) -> T:
 
 def _new(cls, *args: Any, **kwargs: Any):
     if kwargs or len(args) != len(cls._fields):
-        args = _arguments(cls, args, kwargs)
+        args = _arguments(cls.__name__, cls._record_init, args, kwargs)
     return tuple.__new__(cls, args)
-
-
-def _arguments(cls: type, args: tuple, kwargs: dict) -> list:
-    """The field values a named tuple's constructor takes from ``args`` and ``kwargs``, defaults filled in."""
-    fields, defaults = cls._fields, cls._field_defaults
-    if len(args) > len(fields):
-        raise TypeError(f"{cls.__name__}() takes {len(fields)} positional arguments but {len(args)} were given")
-    repeated = [name for name in fields[:len(args)] if name in kwargs]
-    if repeated:
-        raise TypeError(f"{cls.__name__}() got multiple values for argument {repeated[0]!r}")
-    values = list(args)
-    for name in fields[len(args):]:
-        if name in kwargs:
-            values.append(kwargs.pop(name))
-        elif name in defaults:
-            values.append(defaults[name])
-        else:
-            raise TypeError(f"{cls.__name__}() missing required argument: {name!r}")
-    if kwargs:  # what is left names no field
-        raise TypeError(f"{cls.__name__}() got an unexpected keyword argument {next(iter(kwargs))!r}")
-    return values
 
 
 def _make(cls, iterable: Iterable):
