@@ -36,7 +36,15 @@ off the source every time), ``cold`` (an empty cache directory: read and
 written, the first start after an install) and ``warm`` (the entry another
 process wrote). Each child records the 1-minute load average it started at.
 
+``--against DIR`` adds a third mode to each round: the loader of another
+revision (DIR holds its ``sglang_spec_plugins`` package, first on
+``sys.path``), so that two revisions are compared on the same host in the
+same minutes rather than across runs (a host's speed changes by 10-20% from
+one hour to the next).
+
     .venv/bin/python benchmarks/startup.py --out benchmarks/results/startup.json
+    git archive REV sglang_spec_plugins | tar -x -C DIR
+    .venv/bin/python benchmarks/startup.py --against DIR --out benchmarks/results/startup.json
 """
 
 from __future__ import annotations
@@ -145,6 +153,7 @@ def child(scenario: str, modules: list) -> None:
         from sglang_spec_plugins.patches import PATCHES, plan_all
 
         report = load()  # the report of the load that just ran
+        result["package"] = str(Path(sys.modules["sglang_spec_plugins"].__file__).parent.parent)
         result["registered"] = len(report.registered)
         result["patches"] = {v: sum(p.verdict == v for p in report.patches.values()) for v in ("apply", "not needed")}
         result["applied_now"] = sum(bool(p._originals) for p in PATCHES)
@@ -251,6 +260,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--only", choices=("loader", "check"), help="run one half")
+    parser.add_argument("--against", type=Path, metavar="DIR",
+                        help="also time, in the same rounds, the loader of another revision: DIR holds its "
+                             "sglang_spec_plugins package (git archive REV sglang_spec_plugins | tar -x -C DIR)")
     parser.add_argument("--child", choices=(*LOADER_SCENARIOS, "check"), help=argparse.SUPPRESS)
     parser.add_argument("--modules", nargs="*", default=[], help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -278,12 +290,14 @@ def main() -> None:
         warm_cache = Path(tmp, "cache-warm")
         for rep in range(args.repeat + 1):  # the first round writes the bytecode caches and is not counted
             for scenario in LOADER_SCENARIOS if loader else ():
-                for mode in ("sglang", "plugins"):
+                for mode in ("sglang", "plugins", "against") if args.against else ("sglang", "plugins"):
                     env = dict(base_env, SGLANG_SPEC_PLUGINS_CONFIG=str(toml), SGLANG_SPEC_PLUGINS_CACHE=str(warm_cache))
                     if mode == "sglang":
                         env["SGLANG_PLUGINS"] = NO_PLUGIN
                     else:
                         env.pop("SGLANG_PLUGINS", None)
+                    if mode == "against":  # its package first on sys.path: found before this checkout's
+                        env["PYTHONPATH"] = os.pathsep.join([str(args.against.resolve()), env["PYTHONPATH"]])
                     row = _run_child(env, tmp, scenario, "--modules", *modules)
                     if rep:
                         runs.setdefault((scenario, mode), []).append(row)
@@ -314,6 +328,15 @@ def main() -> None:
             "patch_verdicts": ours[0]["patches"],
             "patches_installed_inside_load": ours[0]["applied_now"],
         }
+        assert {r["package"] for r in ours} == {str(ROOT)}, "this checkout's package did not run"
+        if args.against:
+            other = runs[(scenario, "against")]
+            assert {r["package"] for r in other} == {str(args.against.resolve())}, "the other revision's package did not run"
+            summary[scenario]["against"] = {
+                "package": str(args.against), "load_plugins_with_it_ms": round(med(other, "load_plugins_ms"), 1),
+                "added_by_it_ms": round(med(other, "load_plugins_ms") - med(base, "load_plugins_ms"), 1),
+                "its_entry_point_call_ms": round(med(other, "entry_point_ms"), 1),
+            }
     for state in CACHE_STATES if check else ():
         rows = runs[("check", state)]
         summary[f"check_cache_{state}"] = {
@@ -331,6 +354,10 @@ def main() -> None:
             print(f"{scenario:<11}{s['sglang_load_plugins_ms']:>21}{s['load_plugins_with_ours_ms']:>11}"
                   f"{s['added_by_ours_ms']:>8}{s['our_entry_point_call_ms']:>10}{s['replan_every_patch_cold_ms']:>7}"
                   f"{s['garbage_collection_ms']['with_ours']:>14}{s['full_collections']['with_ours']:>9}")
+            if args.against:
+                a = s["against"]
+                print(f"{'  against':<11}{'':>21}{a['load_plugins_with_it_ms']:>11}{a['added_by_it_ms']:>8}"
+                      f"{a['its_entry_point_call_ms']:>10}  ({args.against}, in the same rounds)")
     for state in CACHE_STATES if check else ():
         s = summary[f"check_cache_{state}"]
         print(f"start-up check, cache {state:<5} {s['check_ms']:>8} ms (range {s['check_ms_range'][0]} to "
