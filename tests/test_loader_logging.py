@@ -11,6 +11,7 @@ def test_our_loggers_answer_as_after_setlevel_and_no_other_cache_is_emptied():
     was = ours.level
     try:
         ours.setLevel(logging.WARNING)
+        other.setLevel(logging.WARNING)  # whatever the root logger's level is in this process
         for each in (ours, below, other):
             assert not each.isEnabledFor(logging.INFO)  # cached
         loader._set_level(logging.INFO)
@@ -18,3 +19,4 @@ def test_our_loggers_answer_as_after_setlevel_and_no_other_cache_is_emptied():
         assert not ours.isEnabledFor(logging.DEBUG) and other._cache == {logging.INFO: False}
     finally:
         ours.setLevel(was)
+        other.setLevel(logging.NOTSET)
