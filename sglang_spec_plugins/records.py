@@ -54,9 +54,7 @@ def frozen_record(cls: T) -> T:
     cls._record_init = tuple((f.name, f.default, f.default_factory) for f in found)
     cls._record_compared = tuple(f.name for f in found if f.compare)
     cls._record_shown = tuple(f.name for f in found if f.repr)
-    cls.__signature__ = inspect.Signature([  # what help() and inspect.signature() show, as for a dataclass
-        inspect.Parameter(f.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=f.type, default=_shown_default(f))
-        for f in found], return_annotation=None)
+    cls.__signature__ = _Signature(returns=None)  # a dataclass's constructor is shown returning None
     return cls
 
 
@@ -82,10 +80,22 @@ class _Factory:
         return "<factory>"
 
 
-def _shown_default(f: dataclasses.Field) -> Any:
-    if f.default is not dataclasses.MISSING:
-        return f.default
-    return inspect.Parameter.empty if f.default_factory is dataclasses.MISSING else _Factory()
+class _Signature:
+    """A record class's ``__signature__`` (what ``inspect.signature`` and
+    ``help`` show), made from its ``_record_init`` and annotations when asked,
+    not when the class is made: as a dataclass or a named tuple shows it (a
+    default factory as ``<factory>``)."""
+
+    def __init__(self, returns: Any):
+        self.returns = returns
+
+    def __get__(self, instance: Any, owner: type) -> inspect.Signature:
+        annotations = owner.__annotations__
+        return inspect.Signature([
+            inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=annotations.get(name, inspect.Parameter.empty),
+                              default=default if default is not dataclasses.MISSING
+                              else inspect.Parameter.empty if factory is dataclasses.MISSING else _Factory())
+            for name, default, factory in owner._record_init], return_annotation=self.returns)
 
 
 def _init(self, *args: Any, **kwargs: Any) -> None:
@@ -157,6 +167,7 @@ def record_tuple(cls: T) -> T:
     namespace = dict(_TUPLE_METHODS, __slots__=(), __match_args__=fields, _fields=fields,
                      _field_defaults={name: own[name] for name in given}, __module__=cls.__module__,
                      _record_init=tuple((name, own.get(name, dataclasses.MISSING), dataclasses.MISSING) for name in fields),
+                     __signature__=_Signature(returns=inspect.Signature.empty),
                      __qualname__=cls.__qualname__, __annotations__=annotations,
                      __doc__=f"{cls.__name__}({', '.join(fields)})")
     namespace.update((name, _field(i, f"Alias for field number {i}")) for i, name in enumerate(fields))
@@ -185,16 +196,6 @@ def _replace(self, **changes: Any):
     return made
 
 
-class _Signature:
-    """A named tuple class's ``__signature__``, made when asked (``inspect.signature``, ``help``)."""
-
-    def __get__(self, instance: Any, owner: type) -> inspect.Signature:
-        defaults, annotations = owner._field_defaults, owner.__annotations__
-        return inspect.Signature([
-            inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=defaults.get(name, inspect.Parameter.empty),
-                              annotation=annotations.get(name, inspect.Parameter.empty)) for name in owner._fields])
-
-
 def _asdict(self) -> dict:
     return dict(zip(self._fields, self))
 
@@ -209,4 +210,4 @@ def _getnewargs(self) -> tuple:
 
 
 _TUPLE_METHODS = {"__new__": _new, "_make": classmethod(_make), "_replace": _replace, "_asdict": _asdict,
-                  "__repr__": _tuple_repr, "__getnewargs__": _getnewargs, "__signature__": _Signature()}
+                  "__repr__": _tuple_repr, "__getnewargs__": _getnewargs}
