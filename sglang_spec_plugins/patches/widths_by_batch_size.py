@@ -54,7 +54,6 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from ..engine.algorithm import policy_of
 from ..errors import EngineError
 from ..widths_by_batch_size import WidthsByBatchSize, graph_sizes, padded_size
-from . import aiter
 from .unit import Target, Verdict, WrapPatch
 from .verify_batch import batch_width
 
@@ -68,8 +67,9 @@ _ABSENT = object()
 
 _RUNNER_TABLES = ("graphs", "output_buffers")  # up to 0.5.13
 _BACKEND_TABLES = ("_graphs", "_outputs")  # the runner backend's, 0.5.14+
-_ATTENTION_STATE = ("prefill_cuda_graph_metadata", "target_verify_metadata", aiter.CAPTURED_WIDTHS)
-"""Attention-backend attributes that hold per-size graph state (see the module doc)."""
+_ATTENTION_STATE = ("prefill_cuda_graph_metadata", "target_verify_metadata")
+"""Attention-backend attributes that hold per-size graph state (see the module doc), besides the aiter
+backend's captured widths (:data:`.aiter.CAPTURED_WIDTHS`)."""
 
 
 def width_attribute(runner) -> str:
@@ -136,8 +136,11 @@ def per_size_state(runner) -> Tuple[Tuple[Any, str], ...]:
     glue = vars(runner).get("_metadata_glue")
     if glue is not None and isinstance(vars(glue).get("_states"), dict):
         places.append((glue, "_states"))
+    from . import aiter  # here, not at import: a scheduler patches the runners before it picks a backend
+
     for attention in attention_backends(runner):
-        places += [(attention, name) for name in _ATTENTION_STATE if isinstance(vars(attention).get(name), dict)
+        places += [(attention, name) for name in (*_ATTENTION_STATE, aiter.CAPTURED_WIDTHS)
+                   if isinstance(vars(attention).get(name), dict)
                    or (name == aiter.CAPTURED_WIDTHS and type(attention).__module__ == aiter.MODULE)]  # made lazily
     return tuple(places)
 

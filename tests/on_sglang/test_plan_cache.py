@@ -45,6 +45,39 @@ def test_a_hit_imports_no_patch_module(monkeypatch, tmp_path):
     assert out.stdout.strip() == "[]"
 
 
+def test_a_scheduler_imports_the_patches_of_the_backends_it_has_imported_only(monkeypatch, tmp_path):
+    """SGLang's scheduler calls ``load_plugins()`` with its graph runner imported and no attention backend yet:
+    the runner patches apply then, and an attention backend's patch module is imported with that backend
+    only (most servers never import the aiter or trtllm_mha backends)."""
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    plan_cache.planned(probe().version)
+    script = ("import importlib, json, sys\n"
+              "from sglang_spec_plugins.testing.cpu import install_stand_ins\n"
+              "install_stand_ins()\n"
+              "from sglang_spec_plugins import patches\n"
+              "from sglang_spec_plugins.engine.probe import probe\n"
+              "found = probe()\n"
+              "importlib.import_module(found.graph_runner.split(':')[0])\n"
+              "plans, reasons = patches.serving_plans(found)\n"
+              "assert not reasons, reasons\n"
+              "patches.apply_planned(plans, found.version)\n"
+              "print(json.dumps({'imported': sorted(m for m in sys.modules if m.startswith('sglang')),\n"
+              "                  'plans': {n: [p.owner, [t.module for t, _ in p.steps]] for n, p in plans.items()}}))\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=dict(os.environ))
+    assert out.returncode == 0, out.stderr
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    imported, targets = set(seen["imported"]), {}
+    for owner, modules in seen["plans"].values():
+        targets.setdefault(owner, set()).update(modules)
+    backends = {owner: modules for owner, modules in targets.items()
+                if all(m.startswith("sglang.srt.layers.attention.") for m in modules)}
+    assert {"sglang_spec_plugins.patches.aiter", "sglang_spec_plugins.patches.trtllm_mha"} <= set(backends)
+    for owner, modules in backends.items():
+        assert (owner in imported) == bool(modules & imported), (owner, sorted(modules & imported))
+    runner_owners = {owner for owner, modules in targets.items() if modules & imported}
+    assert "sglang_spec_plugins.patches.runners" in runner_owners and runner_owners <= imported
+
+
 def test_an_edited_file_of_this_package_is_planned_again(monkeypatch, tmp_path):
     """The kept plans follow this package's source files (which define and plan the patches): one of them
     edited (here in a copy of the package, the installed one left alone) plans every patch again."""
