@@ -8,9 +8,17 @@ imported when it calls ``load_plugins()``, then times ``load_plugins()``:
 * ``launcher``: ``sglang.srt.server_args`` and ``sglang.srt.plugins`` (the
   launcher, detokenizer, DP controller): the patch targets are not imported,
   so patches are planned and wait for their module's import;
-* ``scheduler``: also every module a patch targets (the attention backends,
-  the CUDA-graph runner, the model runner), as in a scheduler process:
-  patches are planned and applied inside ``load_plugins()``.
+* ``scheduler``: a scheduler process as SGLang starts one:
+  ``sglang.srt.managers.scheduler`` imported (``run_scheduler_process``
+  calls ``load_plugins()`` there; it holds the graph runners, not the model
+  runner or any attention backend), ``load_plugins()`` timed, then the
+  modules SGLang imports when it builds the model runner with one attention
+  backend (``--backend``; FA3 by default, SGLang's choice for an MHA model on
+  an H200): the patches waiting for them are installed at their import, and
+  that time (inside this package's import hook) is the loader's too;
+* ``all_targets``: every module a patch targets imported first, all four
+  patched attention backends included (no server imports them all), so that
+  every patch is installed inside ``load_plugins()``: the bound.
 
 Two modes per scenario, alternated, each ``--repeat`` times: ``sglang``
 (``SGLANG_PLUGINS`` names no installed plugin: SGLang's own
@@ -18,9 +26,10 @@ Two modes per scenario, alternated, each ``--repeat`` times: ``sglang``
 (our loader, 10 installed drafter plugins written by ``tests/dists.py``, each
 offering one algorithm, all enabled in a generated plugins.toml). A first
 round, not counted, writes the bytecode caches an installed package has. Ours is the
-difference of the medians; inside the ``plugins`` runs the child also times
-our entry point's call alone and, after it, one re-planning of every patch
-from cold source caches.
+median of ``load_plugins()`` plus the later installs (a scheduler's) less
+SGLang's median; inside the ``plugins`` runs the child also times our entry
+point's call alone and, after it, one re-planning of every patch from cold
+source caches.
 
 ``check``: a process that has imported what ``sglang.Engine`` has imported
 when it resolves its arguments (``sglang.srt.entrypoints.engine``;
@@ -66,7 +75,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PLUGINS = 10
 NO_PLUGIN = "none-selected"  # SGLANG_PLUGINS value that matches no installed plugin
-LOADER_SCENARIOS = ("launcher", "scheduler")
+LOADER_SCENARIOS = ("launcher", "scheduler", "all_targets")
+ATTENTION = "sglang.srt.layers.attention."
+SCHEDULER = "sglang.srt.managers.scheduler"
 CACHE_STATES = ("off", "cold", "warm")
 CHECK_TOML = """[plugins]
 enable = ["prompt_lookup"]
@@ -112,8 +123,10 @@ def target_modules() -> list:
     return present
 
 
-def child(scenario: str, modules: list) -> None:
-    """One fresh process: import SGLang's part, time load_plugins(), print JSON."""
+def child(scenario: str, modules: list, backend: str) -> None:
+    """One fresh process: import SGLang's part, time load_plugins() (and, in a
+    scheduler, the patches installed when the model runner's modules are
+    imported after it), print JSON."""
     import importlib
 
     cpu = _cpu_stand_ins()
@@ -123,9 +136,8 @@ def child(scenario: str, modules: list) -> None:
     started = time.perf_counter()
     importlib.import_module("sglang.srt.server_args")
     plugins = importlib.import_module("sglang.srt.plugins")
-    if scenario == "scheduler":
-        for name in modules:
-            importlib.import_module(name)
+    for name in {"launcher": [], "scheduler": [SCHEDULER], "all_targets": modules}[scenario]:
+        importlib.import_module(name)
     sglang_import_s = time.perf_counter() - started
     for ours in ("sglang_spec_plugins", "pluggy"):  # what only this package imports is its to pay for
         assert ours not in sys.modules, f"{ours} must not be imported before load_plugins()"
@@ -146,23 +158,69 @@ def child(scenario: str, modules: list) -> None:
     gc.callbacks.remove(collections)
     result = dict(sglang_import_ms=sglang_import_s * 1e3, load_plugins_ms=load_s * 1e3,
                   entry_point_ms=entry_s.get("sglang_spec_plugins", 0.0) * 1e3, load_1m=os.getloadavg()[0],
-                  gc_ms=collections.ms, gc_full=collections.full)
-    if "sglang_spec_plugins" in sys.modules:
-        from sglang_spec_plugins.engine import probe, source_text
+                  gc_ms=collections.ms, gc_full=collections.full, deferred_ms=0.0)
+    ours = "sglang_spec_plugins" in sys.modules
+    if ours:
         from sglang_spec_plugins.loader import load
-        from sglang_spec_plugins.patches import PATCHES, plan_all
+        from sglang_spec_plugins.patches.deferred import waiting
 
         report = load()  # the report of the load that just ran
         result["package"] = str(Path(sys.modules["sglang_spec_plugins"].__file__).parent.parent)
         result["registered"] = len(report.registered)
         result["patches"] = {v: sum(p.verdict == v for p in report.patches.values()) for v in ("apply", "not needed")}
-        result["applied_now"] = sum(bool(p._originals) for p in PATCHES)
+        result["applied_now"] = sum(p.verdict == "apply" and not waiting(n) for n, p in report.patches.items())
+    if scenario == "scheduler":
+        later = [m for m in modules if not m.startswith(ATTENTION)] + [ATTENTION + backend]
+        hook = _ImportHookTime() if ours else None
+        started = time.perf_counter()
+        for name in later:
+            importlib.import_module(name)
+        result["later_import_ms"] = (time.perf_counter() - started) * 1e3
+        if hook:
+            result["deferred_ms"] = hook.stop()
+            result["applied_later"] = sum(p.verdict == "apply" and not waiting(n) for n, p in report.patches.items()) \
+                - result["applied_now"]
+    if ours:
+        from sglang_spec_plugins.engine import probe, source_text
+        from sglang_spec_plugins.patches import PATCHES, plan_all
+
         probe.source_in.cache_clear()
         source_text._read.cache_clear()
         started = time.perf_counter()
         plan_all(PATCHES, report.sglang_version)
         result["replan_cold_ms"] = (time.perf_counter() - started) * 1e3
     print(json.dumps(result))
+
+
+class _ImportHookTime:
+    """The time spent in this package's after-import callbacks (installing the
+    patches that waited for a module) from now until :meth:`stop`."""
+
+    def __init__(self):
+        from sglang_spec_plugins.patches import on_import
+
+        self.ms, self._loader = 0.0, on_import._Loader
+        self._exec = exec_module = self._loader.exec_module
+
+        def timed_callbacks(loader, module):
+            loader.callbacks = [self._timed(callback) for callback in loader.callbacks]
+            exec_module(loader, module)
+
+        self._loader.exec_module = timed_callbacks
+
+    def _timed(self, callback):
+        def run(module):
+            started = time.perf_counter()
+            try:
+                return callback(module)
+            finally:
+                self.ms += (time.perf_counter() - started) * 1e3
+
+        return run
+
+    def stop(self) -> float:
+        self._loader.exec_module = self._exec
+        return self.ms
 
 
 def check_child() -> None:
@@ -263,6 +321,8 @@ def main() -> None:
     parser.add_argument("--against", type=Path, metavar="DIR",
                         help="also time, in the same rounds, the loader of another revision: DIR holds its "
                              "sglang_spec_plugins package (git archive REV sglang_spec_plugins | tar -x -C DIR)")
+    parser.add_argument("--backend", default="flashattention_backend",
+                        help="the scheduler's attention backend module (default: %(default)s, FA3)")
     parser.add_argument("--child", choices=(*LOADER_SCENARIOS, "check"), help=argparse.SUPPRESS)
     parser.add_argument("--modules", nargs="*", default=[], help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -270,7 +330,7 @@ def main() -> None:
     if args.child == "check":
         return check_child()
     if args.child:
-        return child(args.child, args.modules)
+        return child(args.child, args.modules, args.backend)
 
     modules = target_modules()
     load_before = os.getloadavg()[0]  # a shared machine: other processes' load inflates every number
@@ -298,7 +358,7 @@ def main() -> None:
                         env.pop("SGLANG_PLUGINS", None)
                     if mode == "against":  # its package first on sys.path: found before this checkout's
                         env["PYTHONPATH"] = os.pathsep.join([str(args.against.resolve()), env["PYTHONPATH"]])
-                    row = _run_child(env, tmp, scenario, "--modules", *modules)
+                    row = _run_child(env, tmp, scenario, "--backend", args.backend, "--modules", *modules)
                     if rep:
                         runs.setdefault((scenario, mode), []).append(row)
             for state in CACHE_STATES if check else ():
@@ -319,7 +379,8 @@ def main() -> None:
             "sglang_import_ms": round(med(base, "sglang_import_ms")),
             "sglang_load_plugins_ms": round(med(base, "load_plugins_ms"), 1),
             "load_plugins_with_ours_ms": round(med(ours, "load_plugins_ms"), 1),
-            "added_by_ours_ms": round(med(ours, "load_plugins_ms") - med(base, "load_plugins_ms"), 1),
+            "deferred_installs_ms": round(med(ours, "deferred_ms"), 1),
+            "added_by_ours_ms": round(_added(ours, base), 1),
             "our_entry_point_call_ms": round(med(ours, "entry_point_ms"), 1),
             "garbage_collection_ms": {"sglang": round(med(base, "gc_ms"), 1), "with_ours": round(med(ours, "gc_ms"), 1)},
             "full_collections": {"sglang": sum(r["gc_full"] for r in base), "with_ours": sum(r["gc_full"] for r in ours)},
@@ -327,14 +388,17 @@ def main() -> None:
             "registered_algorithms": ours[0]["registered"],
             "patch_verdicts": ours[0]["patches"],
             "patches_installed_inside_load": ours[0]["applied_now"],
+            "patches_installed_later": ours[0].get("applied_later", 0),
         }
+        if scenario == "scheduler":
+            summary[scenario]["backend"] = args.backend
         assert {r["package"] for r in ours} == {str(ROOT)}, "this checkout's package did not run"
         if args.against:
             other = runs[(scenario, "against")]
             assert {r["package"] for r in other} == {str(args.against.resolve())}, "the other revision's package did not run"
             summary[scenario]["against"] = {
                 "package": str(args.against), "load_plugins_with_it_ms": round(med(other, "load_plugins_ms"), 1),
-                "added_by_it_ms": round(med(other, "load_plugins_ms") - med(base, "load_plugins_ms"), 1),
+                "deferred_installs_ms": round(med(other, "deferred_ms"), 1), "added_by_it_ms": round(_added(other, base), 1),
                 "its_entry_point_call_ms": round(med(other, "entry_point_ms"), 1),
             }
     for state in CACHE_STATES if check else ():
@@ -347,17 +411,19 @@ def main() -> None:
     loads = [r["load_1m"] for rows in runs.values() for r in rows]
     print(f"load average (1 min) at the children's start: {min(loads):.2f} to {max(loads):.2f}")
     if loader:
-        print(f"{'scenario':<11}{'SGLang load_plugins':>21}{'with ours':>11}{'added':>8}{'our call':>10}{'plan':>7}"
-              f"{'gc with ours':>14}{'full gc':>9}  (ms, medians of {args.repeat}; full collections: how many runs)")
+        print(f"{'scenario':<12}{'SGLang load_plugins':>21}{'with ours':>11}{'later':>7}{'added':>8}{'our call':>10}"
+              f"{'plan':>7}{'gc with ours':>14}{'full gc':>9}  (ms, medians of {args.repeat}; later: patches installed at a"
+              " later import; full gc: how many runs)")
         for scenario in LOADER_SCENARIOS:
             s = summary[scenario]
-            print(f"{scenario:<11}{s['sglang_load_plugins_ms']:>21}{s['load_plugins_with_ours_ms']:>11}"
-                  f"{s['added_by_ours_ms']:>8}{s['our_entry_point_call_ms']:>10}{s['replan_every_patch_cold_ms']:>7}"
-                  f"{s['garbage_collection_ms']['with_ours']:>14}{s['full_collections']['with_ours']:>9}")
+            print(f"{scenario:<12}{s['sglang_load_plugins_ms']:>21}{s['load_plugins_with_ours_ms']:>11}"
+                  f"{s['deferred_installs_ms']:>7}{s['added_by_ours_ms']:>8}{s['our_entry_point_call_ms']:>10}"
+                  f"{s['replan_every_patch_cold_ms']:>7}{s['garbage_collection_ms']['with_ours']:>14}"
+                  f"{s['full_collections']['with_ours']:>9}")
             if args.against:
                 a = s["against"]
-                print(f"{'  against':<11}{'':>21}{a['load_plugins_with_it_ms']:>11}{a['added_by_it_ms']:>8}"
-                      f"{a['its_entry_point_call_ms']:>10}  ({args.against}, in the same rounds)")
+                print(f"{'  against':<12}{'':>21}{a['load_plugins_with_it_ms']:>11}{a['deferred_installs_ms']:>7}"
+                      f"{a['added_by_it_ms']:>8}{a['its_entry_point_call_ms']:>10}  ({args.against}, in the same rounds)")
     for state in CACHE_STATES if check else ():
         s = summary[f"check_cache_{state}"]
         print(f"start-up check, cache {state:<5} {s['check_ms']:>8} ms (range {s['check_ms_range'][0]} to "
@@ -379,6 +445,13 @@ def main() -> None:
             "plugins_installed": PLUGINS, "repeat": args.repeat, "summary": summary,
             "runs": {f"{s}/{m}": rows for (s, m), rows in runs.items()},
         }, indent=1) + "\n")
+
+
+def _added(ours, base) -> float:
+    """What the loader adds to a process: the median of ``load_plugins()`` plus the patches installed at a later
+    import (a scheduler's), less the median of SGLang's own ``load_plugins()``."""
+    return statistics.median(r["load_plugins_ms"] + r["deferred_ms"] for r in ours) \
+        - statistics.median(r["load_plugins_ms"] for r in base)
 
 
 def _run_child(env, cwd, scenario, *extra) -> dict:
