@@ -54,6 +54,8 @@ one hour to the next).
     .venv/bin/python benchmarks/startup.py --out benchmarks/results/startup.json
     git archive REV sglang_spec_plugins | tar -x -C DIR
     .venv/bin/python benchmarks/startup.py --against DIR --out benchmarks/results/startup.json
+    python3 benchmarks/startup.py --only loader --host --backend flashinfer_backend --out F  (a GPU machine:
+        tools/gpu/engine/run.sh setup startup)
 """
 
 from __future__ import annotations
@@ -103,7 +105,7 @@ def write_plugins(site: Path) -> Path:
     return toml
 
 
-def target_modules() -> list:
+def target_modules(host: bool) -> list:
     """Every SGLang module a patch (or the probe) reads, that the installed release has."""
     from importlib.util import find_spec
 
@@ -112,7 +114,8 @@ def target_modules() -> list:
 
     names = {t.module for p in PATCHES for t in p.alternatives}
     names |= {m for m, _ in GRAPH_RUNNER_LOCATIONS + DUMMY_RUN_LOCATIONS}
-    _cpu_stand_ins().install_stand_ins()  # find_spec imports the parent packages
+    if not host:
+        _cpu_stand_ins().install_stand_ins()  # find_spec imports the parent packages
     present = []
     for name in sorted(names):
         try:
@@ -123,16 +126,18 @@ def target_modules() -> list:
     return present
 
 
-def child(scenario: str, modules: list, backend: str) -> None:
+def child(scenario: str, modules: list, backend: str, host: bool) -> None:
     """One fresh process: import SGLang's part, time load_plugins() (and, in a
     scheduler, the patches installed when the model runner's modules are
-    imported after it), print JSON."""
+    imported after it), print JSON. ``host``: SGLang and its kernels as
+    installed (a GPU machine), no CPU stand-ins."""
     import importlib
 
-    cpu = _cpu_stand_ins()
-    cpu.install_stand_ins()
-    # The FA3 backend imports the CUDA-only sgl_kernel unguarded at its top (a GPU server has it).
-    cpu.absent_kernel_package(_SetItem(), "sgl_kernel")
+    if not host:
+        cpu = _cpu_stand_ins()
+        cpu.install_stand_ins()
+        # The FA3 backend imports the CUDA-only sgl_kernel unguarded at its top (a GPU server has it).
+        cpu.absent_kernel_package(_SetItem(), "sgl_kernel")
     started = time.perf_counter()
     importlib.import_module("sglang.srt.server_args")
     plugins = importlib.import_module("sglang.srt.plugins")
@@ -165,7 +170,7 @@ def child(scenario: str, modules: list, backend: str) -> None:
         from sglang_spec_plugins.patches.deferred import waiting
 
         report = load()  # the report of the load that just ran
-        result["package"] = str(Path(sys.modules["sglang_spec_plugins"].__file__).parent.parent)
+        result["package"] = str(Path(sys.modules["sglang_spec_plugins"].__file__).resolve().parent.parent)
         result["registered"] = len(report.registered)
         result["patches"] = {v: sum(p.verdict == v for p in report.patches.values()) for v in ("apply", "not needed")}
         result["applied_now"] = sum(p.verdict == "apply" and not waiting(n) for n, p in report.patches.items())
@@ -323,16 +328,22 @@ def main() -> None:
                              "sglang_spec_plugins package (git archive REV sglang_spec_plugins | tar -x -C DIR)")
     parser.add_argument("--backend", default="flashattention_backend",
                         help="the scheduler's attention backend module (default: %(default)s, FA3)")
+    parser.add_argument("--host", action="store_true",
+                        help="SGLang and its kernels as installed here (a GPU machine), without the CPU harness's "
+                             "stand-ins; the loader only")
     parser.add_argument("--child", choices=(*LOADER_SCENARIOS, "check"), help=argparse.SUPPRESS)
     parser.add_argument("--modules", nargs="*", default=[], help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.host and not args.child and args.only != "loader":
+        parser.error("--host times the loader only (the check reads the CPU harness's arguments): add --only loader")
     sys.path.insert(0, str(ROOT / "tests"))
     if args.child == "check":
         return check_child()
     if args.child:
-        return child(args.child, args.modules, args.backend)
+        return child(args.child, args.modules, args.backend, args.host)
 
-    modules = target_modules()
+    modules = target_modules(args.host)
+    ours_here = _our_package()
     load_before = os.getloadavg()[0]  # a shared machine: other processes' load inflates every number
     uptime_before = _uptime()
     runs = {}
@@ -358,7 +369,8 @@ def main() -> None:
                         env.pop("SGLANG_PLUGINS", None)
                     if mode == "against":  # its package first on sys.path: found before this checkout's
                         env["PYTHONPATH"] = os.pathsep.join([str(args.against.resolve()), env["PYTHONPATH"]])
-                    row = _run_child(env, tmp, scenario, "--backend", args.backend, "--modules", *modules)
+                    row = _run_child(env, tmp, scenario, *(["--host"] if args.host else []), "--backend", args.backend,
+                                     "--modules", *modules)
                     if rep:
                         runs.setdefault((scenario, mode), []).append(row)
             for state in CACHE_STATES if check else ():
@@ -392,7 +404,7 @@ def main() -> None:
         }
         if scenario == "scheduler":
             summary[scenario]["backend"] = args.backend
-        assert {r["package"] for r in ours} == {str(ROOT)}, "this checkout's package did not run"
+        assert {r["package"] for r in ours} == {ours_here}, f"the package this process imports ({ours_here}) did not run"
         if args.against:
             other = runs[(scenario, "against")]
             assert {r["package"] for r in other} == {str(args.against.resolve())}, "the other revision's package did not run"
@@ -472,6 +484,13 @@ def _cpu_model() -> str:
                     if line.startswith("model name"))
     except (OSError, StopIteration):
         return platform.processor() or platform.machine()
+
+
+def _our_package() -> str:
+    """The folder holding the ``sglang_spec_plugins`` this process imports (this checkout's, or an installed wheel's)."""
+    import sglang_spec_plugins
+
+    return str(Path(sglang_spec_plugins.__file__).resolve().parent.parent)
 
 
 def _our_version() -> str:

@@ -40,6 +40,7 @@
 # tp      tensor parallelism 2 on GPUs 0 and 1
 # draft_margins  margins (below) of the draft (dm_, da_) and sbd engines' divergences, in one margins.jsonl
 # margins how close each divergence of results/engine/divergences.json was (MARGINS=flashinfer: one backend)
+# startup benchmarks/startup.py --only loader --host: the loader's start-up on this machine (results/startup_h200.json)
 # soak    tools/gpu/soak.py: 2,000 mixed requests (mixed lengths, ~5% refused, ~5% aborted mid-stream, a KV
 #         pool small enough that SGLang retracts) through sglang.Engine with PROMPT_LOOKUP, and through SGLang's
 #         HTTP server, against the plain engine's outputs request by request; the three processes at once on
@@ -249,6 +250,10 @@ for phase in "$@"; do
     sbd) sbd_runs ;;
     tp) tp_runs ;;
     soak) soak_run ;;
+    startup)  # benchmarks/startup.py on this machine's SGLang and kernels, this package from its wheel; FA3 is not
+      # in the slim site (site.sh), so the scheduler's backend is flashinfer, the engines' backend here
+      (cd /tmp && timeout 420 python3 $H/../../../benchmarks/startup.py --only loader --host --backend flashinfer_backend \
+         --out "$OUT/startup_h200.json" > $LOGS/startup.log 2>&1); tl "startup rc=$?"; tail -8 $LOGS/startup.log ;;
     drafts_soak)  # nothing here is timed against anything else: they share the GPU
       soak_run & for p in ${DRAFTS:-dm da}; do draft_phase $p & done; wait ;;
     draft_margins)  # the same for the draft-model and SBD engines' divergences (results/draft, results/sbd)
