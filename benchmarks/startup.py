@@ -170,10 +170,14 @@ def child(scenario: str, modules: list, backend: str, host: bool) -> None:
         from sglang_spec_plugins.patches.deferred import waiting
 
         report = load()  # the report of the load that just ran
+
+        def installed() -> int:  # the applying patches no longer waiting for their module's import
+            return sum(p.verdict == "apply" and not waiting(n) for n, p in report.patches.items())
+
         result["package"] = str(Path(sys.modules["sglang_spec_plugins"].__file__).resolve().parent.parent)
         result["registered"] = len(report.registered)
         result["patches"] = {v: sum(p.verdict == v for p in report.patches.values()) for v in ("apply", "not needed")}
-        result["applied_now"] = sum(p.verdict == "apply" and not waiting(n) for n, p in report.patches.items())
+        result["applied_now"] = installed()
     if scenario == "scheduler":
         later = [m for m in modules if not m.startswith(ATTENTION)] + [ATTENTION + backend]
         hook = _ImportHookTime() if ours else None
@@ -183,8 +187,7 @@ def child(scenario: str, modules: list, backend: str, host: bool) -> None:
         result["later_import_ms"] = (time.perf_counter() - started) * 1e3
         if hook:
             result["deferred_ms"] = hook.stop()
-            result["applied_later"] = sum(p.verdict == "apply" and not waiting(n) for n, p in report.patches.items()) \
-                - result["applied_now"]
+            result["applied_later"] = installed() - result["applied_now"]
     if ours:
         from sglang_spec_plugins.engine import probe, source_text
         from sglang_spec_plugins.patches import PATCHES, plan_all
