@@ -66,8 +66,8 @@ def test_a_scheduler_imports_the_patches_of_the_backends_it_has_imported_only(mo
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=dict(os.environ))
     assert out.returncode == 0, out.stderr
     seen = json.loads(out.stdout.strip().splitlines()[-1])
-    imported, targets = set(seen["imported"]), {}
-    for owner, verdict, modules in seen["plans"].values():
+    imported, targets = set(seen["imported"]), {}  # SGLang's modules and this package's
+    for owner, _, modules in seen["plans"].values():
         targets.setdefault(owner, set()).update(modules)
     backends = {owner: modules for owner, modules in targets.items()
                 if modules and all(m.startswith("sglang.srt.layers.attention.") for m in modules)}
