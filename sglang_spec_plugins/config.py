@@ -53,7 +53,11 @@ RESERVED_ALGORITHM_NAMES = frozenset(
 the NEXTN alias). The engine probe reads the installed release's own set;
 a test keeps this union a superset of it."""
 
-FRAMEWORK_ALGORITHM_KEYS = ("plugin", "enabled", "max_tokens_per_req", "widths_by_batch_size", "widths_by_acceptance")
+DEFAULT_MAX_FAULTED_STEPS = 8
+"""Decode steps in which a drafter's code may fault before its worker switches it off, unless plugins.toml says."""
+
+FRAMEWORK_ALGORITHM_KEYS = ("plugin", "enabled", "max_tokens_per_req", "widths_by_batch_size", "widths_by_acceptance",
+                            "max_faulted_steps")
 """Keys of an ``[algorithms.NAME]`` table read by the framework; every other
 key is a plugin setting."""
 
@@ -90,8 +94,11 @@ class AlgorithmConfig:
     per batch-size bucket (used instead of the plugin's
     ``sgl_spec_widths_by_batch_size``). ``widths_by_acceptance``: the built-in
     acceptance controller's settings, None when it is off
-    (:mod:`.widths_by_acceptance`). ``settings``: every other key, read-only,
-    handed to the plugin's hooks.
+    (:mod:`.widths_by_acceptance`). ``max_faulted_steps``: the decode steps in
+    which the drafter's code may fault (raise, or answer wrongly) before the
+    worker switches it off for the process and serves without drafts (None: the
+    default, :data:`DEFAULT_MAX_FAULTED_STEPS`). ``settings``: every other
+    key, read-only, handed to the plugin's hooks.
     """
 
     name: str
@@ -101,6 +108,7 @@ class AlgorithmConfig:
     settings: Mapping[str, Any] = _NOTHING
     widths_by_batch_size: Optional[WidthsByBatchSize] = None
     widths_by_acceptance: Optional[AcceptanceSettings] = None
+    max_faulted_steps: Optional[int] = None
 
 
 @record_tuple
@@ -132,7 +140,7 @@ class Config:
                 name: {"plugin": a.plugin, "enabled": a.enabled, "max_tokens_per_req": a.max_tokens_per_req,
                        "widths_by_batch_size": a.widths_by_batch_size.as_plain() if a.widths_by_batch_size else None,
                        "widths_by_acceptance": a.widths_by_acceptance.as_plain() if a.widths_by_acceptance else None,
-                       "settings": plain(a.settings)}
+                       "max_faulted_steps": a.max_faulted_steps, "settings": plain(a.settings)}
                 for name, a in sorted(self.algorithms.items())
             },
         }
@@ -350,6 +358,10 @@ def _algorithm(name: str, table: Any, where: str, problems: List[str]) -> Option
         except WidthsByAcceptanceError as exc:
             problems.append(f"{label} widths_by_acceptance: {exc} (write widths_by_acceptance = true, or a table such as "
                             "{interval_steps = 4, margin = 0.03})")
+    faults = table.get("max_faulted_steps")
+    if faults is not None and (not is_plain_int(faults) or faults < 0):
+        problems.append(f"{label} max_faulted_steps must be an integer >= 0 (0: switch the drafter off at its first "
+                        f"fault), got {faults!r}")
     if "verify_widths" in table:
         problems.append(f"{label} 'verify_widths' is not a key; widths per batch size are "
                         "widths_by_batch_size = {1 = 16, 8 = 8, 64 = 4}")
@@ -369,6 +381,7 @@ def _algorithm(name: str, table: Any, where: str, problems: List[str]) -> Option
         settings=MappingProxyType(settings),
         widths_by_batch_size=widths,
         widths_by_acceptance=acceptance,
+        max_faulted_steps=faults,
     )
 
 

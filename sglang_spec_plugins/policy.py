@@ -21,6 +21,7 @@ import logging
 from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Tuple
 
 from . import agreement
+from .config import DEFAULT_MAX_FAULTED_STEPS
 from .errors import ConfigError, PluginError, is_plain_int, show, type_name
 from .plugins import OfferedAlgorithm, PluginSet
 from .verify_layout import DRAFT_VERIFIES_CHAINS_ONLY, TREE
@@ -53,6 +54,7 @@ class VerifyPolicy:
         self.settings: Mapping[str, Any] = offered.config.settings
         self._configured: Optional[WidthsByBatchSize] = offered.config.widths_by_batch_size
         self._acceptance: Optional[AcceptanceSettings] = offered.config.widths_by_acceptance
+        self._max_faulted_steps: Optional[int] = offered.config.max_faulted_steps
         self._plugins = plugins
         self._widths: Dict[Tuple[int, bool], int] = {}
         self._buckets: Dict[Tuple[int, bool], Optional[WidthsByBatchSize]] = {}
@@ -283,6 +285,12 @@ class VerifyPolicy:
         if not is_plain_int(num_draft_tokens) or num_draft_tokens < 1:
             raise ValueError(f"algorithm {self.algorithm}: speculative_num_draft_tokens must be a positive int, got {num_draft_tokens!r}")
         return num_draft_tokens
+
+    @property
+    def max_faulted_steps(self) -> int:
+        """Decode steps in which the drafter may fault before its worker switches it off
+        (plugins.toml ``max_faulted_steps``, else :data:`~.config.DEFAULT_MAX_FAULTED_STEPS`)."""
+        return DEFAULT_MAX_FAULTED_STEPS if self._max_faulted_steps is None else self._max_faulted_steps
 
     def fault(self, message: str) -> PluginError:
         """A PluginError blaming the owner, naming the algorithm."""

@@ -25,6 +25,9 @@ Facts probed, each from the file SGLang runs:
 * ``non_overlap_schema``: how such an algorithm is driven: ``"v1"`` (the
   synchronous V1 worker path; ``supports_spec_v2`` follows
   ``supports_overlap``) or ``"v2-sync"`` (the V2 schema, run synchronously);
+* ``spec_logprobs``: ``module:function`` of the release's spec-verify
+  logprob function (``compute_spec_logprobs`` 0.5.19+, ``compute_spec_v2_logprobs``
+  0.5.14-0.5.18), what its own drafters hand ``return_logprob`` requests; None where it has none;
 * ``worker_reads``: every member SGLang reads off a speculative worker
   anywhere in ``sglang/srt`` (disaggregation, memory-pool and KV-cache
   builders, HiCache, weight updates, metrics, the base class's defaults), as
@@ -58,6 +61,10 @@ BASE_NAME = "BaseSpecWorker"
 REGISTRY = "sglang.srt.speculative.spec_registry"
 FORWARD = "forward_batch_generation"
 OVERLAP_FLAG = "--disable-overlap-schedule"
+SPEC_LOGPROBS = (("sglang.srt.layers.logprob_processor", "compute_spec_logprobs"),
+                 ("sglang.srt.layers.logprob_processor", "compute_spec_v2_logprobs"),
+                 ("sglang.srt.layers.utils.logprob", "compute_spec_v2_logprobs"))
+"""Where releases keep the logprob function of their spec verify, newest first."""
 
 
 @dataclass(frozen=True)
@@ -72,7 +79,15 @@ class WorkerContract:
     forward_keywords: Tuple[str, ...] = ()
     overlap_refused: bool = False
     non_overlap_schema: Optional[str] = None
+    spec_logprobs: Optional[str] = None
     worker_reads: Tuple[WorkerRead, ...] = ()
+
+    @property
+    def overlap_schema(self) -> bool:
+        """Whether the release drives spec workers on the V2 schema under its overlap
+        scheduler: it passes them ``on_publish`` (its FutureMap's publish of the step's
+        sequence lengths), 0.5.14+."""
+        return self.non_overlap_schema == "v2-sync" and "on_publish" in self.forward_keywords
 
     @property
     def required_reads(self) -> Tuple[WorkerRead, ...]:
@@ -280,6 +295,7 @@ def _read_contract(release: str, scheduler: Path, files: Sequence[SourceFile]) -
         forward_keywords=tuple(sorted(_forward_keywords())),
         overlap_refused=create_worker is not None and _refuses_without_overlap(ast.parse(create_worker)),
         non_overlap_schema="v1" if spec_v2 is not None and "supports_overlap" in spec_v2 else "v2-sync",
+        spec_logprobs=next((f"{module}:{name}" for module, name in SPEC_LOGPROBS if method_source(module, name)), None),
         worker_reads=worker_reads(files),
     )
 

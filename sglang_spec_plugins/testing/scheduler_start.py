@@ -74,15 +74,16 @@ def start(algorithm: str, worker: Optional[str] = None, ndt: int = 4, draft: Opt
 
 def make_scheduler(algorithm: Optional[str], worker: Optional[str] = None, ndt: int = 4,
                    before_init: Optional[Callable[[Any], None]] = None, model: Optional[Path] = None,
-                   draft: Optional[Path] = None, **server_args: Any):
+                   draft: Optional[Path] = None, tokenizer: bool = False, **server_args: Any):
     """The installed release's real ``Scheduler`` on the tiny Llama (see the
     module doc); ``algorithm`` None starts it without speculative decoding.
     ``model``: a target folder instead (its ``config.json``, and its weights
     where it has a ``model.safetensors``, else dummy weights); ``draft``: the
     ``--speculative-draft-model-path`` folder (dummy weights unless it has a
-    ``model.safetensors``). ``server_args`` add to or replace the defaults
-    (names a release lacks are dropped); ``before_init(port_args)`` runs just
-    before ``Scheduler.__init__``."""
+    ``model.safetensors``); ``tokenizer``: the tiny Llama gets
+    :func:`write_byte_tokenizer`'s tokenizer, and SGLang loads it (grammars need
+    one). ``server_args`` add to or replace the defaults (names a release
+    lacks are dropped); ``before_init(port_args)`` runs just before ``Scheduler.__init__``."""
     os.environ.setdefault("TRITON_INTERPRET", "1")  # SGLang's Triton kernels (KV-pool warm-up) run interpreted
     from .cpu import absent_kernel_package, install_stand_ins, run_sglang_plugin_loading
 
@@ -111,7 +112,9 @@ def make_scheduler(algorithm: Optional[str], worker: Optional[str] = None, ndt: 
     if model is None:
         model = written = Path(tempfile.mkdtemp(prefix="tiny-llama-"))
         (model / "config.json").write_text(json.dumps(TINY_LLAMA))
-    fields = dict(model_path=str(model), load_format=_load_format(model), device="cpu", skip_tokenizer_init=True,
+        if tokenizer:
+            write_byte_tokenizer(model)
+    fields = dict(model_path=str(model), load_format=_load_format(model), device="cpu", skip_tokenizer_init=not tokenizer,
                   speculative_algorithm=algorithm, disable_overlap_schedule=not supports_overlap,
                   max_total_tokens=2048, disable_cuda_graph=True, disable_piecewise_cuda_graph=True)
     if algorithm is not None:
@@ -135,6 +138,35 @@ def make_scheduler(algorithm: Optional[str], worker: Optional[str] = None, ndt: 
     finally:
         if written is not None:
             shutil.rmtree(written, ignore_errors=True)
+
+
+def write_byte_tokenizer(folder: Path) -> None:
+    """A byte-level tokenizer of the tiny Llama's 256 tokens into ``folder`` (``tokenizer.json``
+    and its config, as transformers loads them): token ``b`` is byte ``b``; token 1
+    is BOS and token 2 EOS, as the model's config says. Made with ``tokenizers``."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    shown = _byte_characters()
+    made = Tokenizer(models.BPE(vocab={shown[b]: b for b in range(256)}, merges=[]))
+    made.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    made.decoder = decoders.ByteLevel()
+    made.save(str(Path(folder) / "tokenizer.json"))
+    (Path(folder) / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": shown[TINY_LLAMA["bos_token_id"]],
+        "eos_token": shown[TINY_LLAMA["eos_token_id"]], "model_max_length": TINY_LLAMA["max_position_embeddings"]}))
+
+
+def _byte_characters() -> Dict[int, str]:
+    """The printable character byte-level tokenizers (GPT-2's) show each byte as."""
+    kept = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    shown, extra = {}, 0
+    for byte in range(256):
+        if byte in kept:
+            shown[byte] = chr(byte)
+        else:
+            shown[byte] = chr(256 + extra)
+            extra += 1
+    return shown
 
 
 def _load_format(folder: Path) -> str:

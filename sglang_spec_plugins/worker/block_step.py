@@ -1,4 +1,4 @@
-"""The whole greedy step of a DFLASH-style block drafter with its own draft model:
+"""The whole step of a DFLASH-style block drafter with its own draft model:
 :func:`draft_block_worker_base` and its plugin's argument check :func:`require_block_args`."""
 
 from __future__ import annotations
@@ -7,10 +7,14 @@ import functools
 from typing import Any, Optional
 
 from ..engine.algorithm import policy_for
+from ..engine.chain_verify import ChainVerifier
+from ..engine.containment import FAULT, Containment
 from ..engine.draft_worker import draft_model_worker_base, sglang_name
-from ..engine.greedy_step import (cache_locations, greedy_refusal, idle_result, refuse_unservable, step_result,
-                                  verify_positions)
-from .chain_step import accept_greedy
+from ..engine.request_kinds import refusal, refuse_unservable
+from ..engine.request_rules import needs_host_tokens
+from ..engine.step_output import cache_locations, idle_result, step_result, verify_positions
+from ..engine.step_relay import StepRelay
+from ..engine.worker_contract import contract
 from .step_widths import StepWidths
 
 
@@ -29,13 +33,16 @@ def draft_block_worker_base() -> type:
     """A base class for a DFLASH-style block drafter's worker (imports SGLang; SGLang 0.5.14+).
 
     It is :func:`draft_model_worker_base` (a DFlash-layout draft checkpoint, the
-    plugin declaring ``DraftModel()``) with the whole greedy step. State between
-    steps is SGLang's: the draft KV pool holds, for every token whose KV the
-    target has written (``batch.seq_lens`` of them), the draft's K/V projected
-    from the target's captured hidden states of it; the request's last token
-    (the root) is in neither KV. A decode step, for a block of ``B`` tokens (the
-    draft runner's width, ``self.block``) and a verify width ``W <= B`` (the
-    target's, ``self.width``):
+    plugin declaring ``DraftModel()``) with the whole step, for every request
+    kind the release serves (as :func:`~.chain_step.chain_worker_base`), under
+    SGLang's overlap scheduler or without it. State between steps is SGLang's:
+    the draft KV pool holds, for every token whose KV the target has written
+    (``batch.seq_lens`` of them), the draft's K/V projected from the target's
+    captured hidden states of it; the request's last token (the root) is in
+    neither KV, and is read on the device from what the step before committed
+    (:class:`~sglang_spec_plugins.engine.step_relay.StepRelay`). A decode step,
+    for a block of ``B`` tokens (the draft runner's width, ``self.block``) and a
+    verify width ``W <= B`` (the target's, ``self.width``):
 
     1. the block ``[root, mask x (B - 1)]`` at positions ``seq_len .. seq_len + B - 1``
        goes through the draft model in one TARGET_VERIFY forward on the draft
@@ -44,18 +51,28 @@ def draft_block_worker_base() -> type:
        writes the block's K/V into the slots the scheduler reserved);
     2. ``drafts(batch, hidden)`` turns the draft's hidden states at the block's
        positions 1.. ``(bs, B - 1, hidden_size)`` into ``B - 1`` drafts per request
-       (by default :meth:`greedy_drafts`: the target's LM head, greedy, as DFLASH);
+       (by default :meth:`greedy_drafts`: the target's LM head, greedy, as DFLASH),
+       or into ``(drafts, probs)``: drafts drawn from a proposal ``probs``
+       ``(bs, B - 1, vocab)``, which verification then takes into account;
     3. the target verifies ``[root, d_1 .. d_{W-1}]`` causally in its own
        TARGET_VERIFY (the block's first ``W`` slots), capturing every token's hidden states;
-    4. :func:`accept_greedy` commits ``c`` tokens, ``1 <= c <= W``; the hidden
-       states of all ``W`` verified tokens are projected into the draft KV at
-       their slots, as DFLASH writes its whole verified block (the slots past
-       ``seq_len + c`` keep K/V no step reads; writing every row keeps the step
-       free of a device-to-host wait).
+    4. :class:`~sglang_spec_plugins.engine.chain_verify.ChainVerifier` commits
+       ``c`` tokens, ``1 <= c <= W`` (greedy requests as plain greedy decoding,
+       sampled ones as plain sampling, penalties, grammars, logprobs as plain
+       decoding's); the hidden states of all ``W`` verified tokens are projected
+       into the draft KV at their slots, as DFLASH writes its whole verified block
+       (the slots past ``seq_len + c`` keep K/V no step reads).
+
+    Nothing the step computes is read back to the host in that step, except a
+    grammar request's chain (its grammar judges the drafts on the host). A
+    request with penalties or a grammar needs its output tokens on the host:
+    under overlap the last step's are read back (once) in the step after it.
 
     The prefill is the target's own (it samples the first token), capturing
     the hidden states that become the prompt's draft KV; requests ``refusal(req)``
-    names (:func:`greedy_refusal` by default) are refused there one by one. At
+    names are refused there one by one. A ``drafts`` that raises or returns
+    the wrong shape, type or token range is the drafter's fault, contained as
+    the chain base contains it (its drafts become the root repeated). At
     ``W = B`` it drafts and verifies token for token as SGLang's own DFLASH."""
     # SGLang first: where it is missing, the ImportError names it (the kit then skips SGLang's checks)
     from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardBatch, ForwardMode
@@ -80,6 +97,14 @@ def draft_block_worker_base() -> type:
             self.embedding = target.get_input_embeddings()
             self.lm_head = target.lm_head
             self.device = target_worker.model_runner.device
+            self.vocab_size = target_worker.model_runner.model_config.vocab_size
+            self.overlap = not getattr(server_args, "disable_overlap_schedule", True)
+            self.contained = Containment(self.policy, self.policy.max_faulted_steps)
+            self._contract = contract()
+            self._verify_chains = ChainVerifier(self._contract)
+            self._deterministic = bool(getattr(server_args, "enable_deterministic_inference", False))
+            self._relay = None
+            self._unchecked = None  # the last step's drafts' out-of-vocabulary flag, read at the next step
             self.fused = self._fused_kv()
             self.block_input = DFlashVerifyInput(  # what the draft runner's TARGET_VERIFY is laid out by (B per request)
                 draft_token=torch.empty((0,), dtype=torch.long, device=self.device),
@@ -89,7 +114,9 @@ def draft_block_worker_base() -> type:
         def drafts(self, batch, hidden):
             """``B - 1`` drafts per request ``(bs, B - 1)`` int64, from the draft's hidden
             states at the block's positions 1.. ``(bs, B - 1, hidden_size)``, rows in
-            ``batch.reqs``' order: :meth:`greedy_drafts` by default."""
+            ``batch.reqs``' order: :meth:`greedy_drafts` by default. A drafter that draws
+            its drafts returns ``(drafts, probs)``, ``probs`` ``(bs, B - 1, vocab)`` the
+            proposal each was drawn from."""
             return self.greedy_drafts(hidden)
 
         def greedy_drafts(self, hidden):
@@ -103,8 +130,9 @@ def draft_block_worker_base() -> type:
             return torch.max(logits, dim=-1)[1].view(bs, n)
 
         def refusal(self, req) -> Optional[str]:
-            """Why this worker cannot serve ``req`` exactly (refused at its prefill), or None."""
-            return greedy_refusal(req, self.policy.algorithm)
+            """Why this worker cannot serve ``req`` exactly (refused at its prefill), or None:
+            what the release cannot serve (:func:`~sglang_spec_plugins.engine.request_kinds.refusal`)."""
+            return refusal(req, self.policy.algorithm, self._contract, self._deterministic)
 
         def _fused_kv(self):
             """SGLang's fused (Triton) context-KV writer for the draft's layers, where
@@ -124,35 +152,93 @@ def draft_block_worker_base() -> type:
                                    head_dim=first.head_dim, device=self.device,
                                    max_position_hint=self.target_worker.model_runner.model_config.context_len + self.block)
 
-        def forward_batch_generation(self, batch, **kwargs):
+        def forward_batch_generation(self, batch, on_publish=None, **kwargs):
+            if self._relay is None:
+                self._relay = StepRelay(batch.req_to_token_pool.req_to_token.shape[0], self.width, self.device)
             if batch.forward_mode.is_idle():
-                return idle_result(self.device, self.width)
+                result = idle_result(self.device, self.width, self.overlap)
+                if on_publish is not None:
+                    on_publish(result.new_seq_lens)
+                return result
             if batch.forward_mode.is_extend() or getattr(batch, "is_extend_in_batch", False):
-                return self._prefill(batch)
-            return self._decode(batch)
+                return self._prefill(batch, on_publish)
+            return self._decode(batch, on_publish)
 
-        def _prefill(self, batch):
-            refuse_unservable(batch, self.refusal)
+        def _refusal(self, req) -> Optional[str]:
+            if self.contained.off or type(self).refusal is DraftBlockSpecWorker.refusal:
+                return DraftBlockSpecWorker.refusal(self, req)
+            why = self.contained.call("refusal(req)", self.refusal, req, req=req)
+            if why is FAULT or not (why is None or isinstance(why, str)):
+                if why is not FAULT:
+                    self.contained.fault("refusal(req)", f"returned a {type(why).__name__}, not a str or None", req)
+                return DraftBlockSpecWorker.refusal(self, req)
+            return why
+
+        def _prefill(self, batch, on_publish):
+            self.contained.begin()
+            refuse_unservable(batch, self._refusal)
+            self.contained.end()
             out = self.forward_target(batch, CaptureHiddenMode.FULL)
+            new_seq_lens = batch.seq_lens.clone()
+            if on_publish is not None:
+                on_publish(new_seq_lens)
             positions = torch.cat([torch.arange(start, start + length, dtype=torch.int64)
                                    for start, length in zip(batch.prefix_lens, batch.extend_lens)]).to(self.device)
             self._write_context_kv(out.logits_output.hidden_states, batch.out_cache_loc.to(torch.int64), positions)
             out.logits_output.hidden_states = None
-            first = out.next_token_ids
+            first = out.next_token_ids.unsqueeze(1)
             accept_lens = torch.ones(len(batch.reqs), dtype=torch.int32, device=first.device)
-            return step_result(out.logits_output, first.unsqueeze(1), accept_lens, batch.seq_lens.clone(),
-                               out.can_run_cuda_graph, self.width)
+            self._relay.keep(batch.req_pool_indices, first, accept_lens)
+            return step_result(out.logits_output, first, accept_lens, new_seq_lens, out.can_run_cuda_graph, self.width,
+                               self.overlap)
 
-        def _decode(self, batch):
+        def _proposed(self, batch, root, hidden):
+            """``(drafts (bs, W - 1), probs or None)``: the drafter's, checked, or the root repeated on a fault."""
+            bs, count = root.shape[0], self.width - 1
+            filler = (root.unsqueeze(1).expand(bs, count), None)
+            if hidden is None:
+                return filler
+            found = self.contained.call("drafts(batch, hidden)", self.drafts, batch, hidden)
+            if found is FAULT:
+                return filler
+            tokens, probs = found if isinstance(found, tuple) and len(found) == 2 else (found, None)
+            problem = _tensor_problem(tokens, bs, count, 2, "drafts", True, self.device)
+            if problem is None and probs is not None:
+                problem = _tensor_problem(probs, bs, count, 3, "probs", False, self.device)
+            if problem is not None:
+                self.contained.fault("drafts(batch, hidden)", problem)
+                return filler
+            tokens = tokens[:, :count].to(torch.int64)
+            inside = (tokens >= 0) & (tokens < self.vocab_size)
+            self._unchecked = ~inside.all()  # read at the next step: no wait here
+            tokens = torch.where(inside, tokens, root.unsqueeze(1))
+            return tokens, (None if probs is None or count == 0 else probs[:, :count].float())
+
+        def _decode(self, batch, on_publish):
             bs, width = len(batch.reqs), self.width
-            root = torch.tensor([req.output_ids[-1] for req in batch.reqs], dtype=torch.int64).to(self.device)
+            self.contained.begin()
+            if self._unchecked is not None and bool(self._unchecked):
+                self.contained.fault("drafts(batch, hidden)", f"returned token ids outside [0, {self.vocab_size}) "
+                                     "in the step before (they were verified as the root repeated)")
+            self._unchecked = None
+            root = self._relay.roots(batch.req_pool_indices)
             positions = verify_positions(batch.seq_lens, self.block)
             slots = cache_locations(batch.req_to_token_pool.req_to_token, batch.req_pool_indices, positions)
-            block = torch.full((bs, self.block), self.mask_token_id, dtype=torch.int64, device=self.device)
-            block[:, 0] = root
-            drafted = self.drafts(batch, self._draft_hidden(batch, block, positions, slots))
-            chain = torch.cat([root.unsqueeze(1), drafted[:, : width - 1].to(torch.int64)], dim=1)
+            hidden = None
+            if width > 1 and not self.contained.off:
+                block = torch.full((bs, self.block), self.mask_token_id, dtype=torch.int64, device=self.device)
+                block[:, 0] = root
+                hidden = self._draft_hidden(batch, block, positions, slots)
+            drafted, draft_probs = self._proposed(batch, root, hidden)
+            chain = torch.cat([root.unsqueeze(1), drafted], dim=1)
 
+            outputs = host_chains = None
+            if any(needs_host_tokens(req) for req in batch.reqs):
+                missing = self._relay.in_flight(batch)
+                tails = StepRelay.tails(self._relay.read(batch.req_pool_indices), missing) if any(missing) else \
+                    [[]] * bs
+                outputs = [[*req.output_ids, *tail] for req, tail in zip(batch.reqs, tails)]
+                host_chains = chain.tolist() if any(getattr(r, "grammar", None) is not None for r in batch.reqs) else None
             batch.out_cache_loc = slots[:, :width].flatten()
             batch.input_ids = chain.flatten()
             batch.forward_mode = ForwardMode.TARGET_VERIFY
@@ -161,13 +247,16 @@ def draft_block_worker_base() -> type:
                                                 capture_hidden_mode=CaptureHiddenMode.FULL)
             out = self.forward_target(batch, is_verify=True)
             logits = out.logits_output
-            predicted = torch.argmax(logits.next_token_logits, dim=-1).view(bs, width)
-            commit = accept_greedy(chain, predicted)
-            self._write_context_kv(logits.hidden_states, slots[:, :width].flatten(), positions[:, :width].flatten())
-            logits.hidden_states = None
+            hidden_states, logits.hidden_states = logits.hidden_states, None
+            rows, commit = self._verify_chains(batch, logits, chain, outputs, host_chains, draft_probs)
+            new_seq_lens = batch.seq_lens + commit.to(batch.seq_lens.dtype)
+            if on_publish is not None:
+                on_publish(new_seq_lens)
+            self._write_context_kv(hidden_states, slots[:, :width].flatten(), positions[:, :width].flatten())
+            self._relay.keep(batch.req_pool_indices, rows, commit)
+            self.contained.end()
             batch.forward_mode = ForwardMode.DECODE
-            return step_result(logits, predicted, commit, batch.seq_lens + commit.to(batch.seq_lens.dtype),
-                               out.can_run_cuda_graph, width)
+            return step_result(logits, rows, commit, new_seq_lens, out.can_run_cuda_graph, width, self.overlap)
 
         def _draft_hidden(self, batch, block, positions, slots):
             """The draft's hidden states at the block's positions 1.. ``(bs, B - 1, hidden_size)``:
@@ -214,3 +303,21 @@ def draft_block_worker_base() -> type:
                                        attn.attn.v_scale)
 
     return DraftBlockSpecWorker
+
+
+def _tensor_problem(value: Any, rows: int, columns: int, dims: int, name: str, integer: bool,
+                    device: Any) -> Optional[str]:
+    """What is wrong with a drafter's ``value`` as a ``dims``-dimensional tensor of ``rows``
+    rows and at least ``columns`` columns, of an integer (or floating) dtype, on
+    ``device``'s kind of device; None when nothing is."""
+    import torch
+
+    if not isinstance(value, torch.Tensor):
+        return f"returned {name} as a {type(value).__name__}, not a tensor"
+    if value.dim() != dims or value.shape[0] != rows or value.shape[1] < columns:
+        return f"returned {name} of shape {tuple(value.shape)}, not ({rows}, >= {columns}{', vocab' if dims == 3 else ''})"
+    if integer == value.dtype.is_floating_point or value.dtype == torch.bool:
+        return f"returned {name} of dtype {value.dtype}, not {'an integer' if integer else 'a floating'} dtype"
+    if value.device.type != torch.device(device).type:
+        return f"returned {name} on {value.device}, not {device}"
+    return None

@@ -1,32 +1,23 @@
-"""The whole greedy step of a model-free chain drafter: :func:`chain_worker_base`, its acceptance rule
-:func:`accept_greedy` and its plugin's release check :func:`require_chain_release`."""
+"""The whole step of a model-free chain drafter: :func:`chain_worker_base`, and its plugin's release
+check :func:`require_chain_release`."""
 
 from __future__ import annotations
 
 import functools
+import operator
 from typing import Any, List, Optional
 
 from ..engine.algorithm import policy_for
-from ..engine.greedy_step import (cache_locations, greedy_refusal, idle_result, refuse_unservable, step_result,
-                                  verify_positions)
+from ..engine.chain_verify import ChainVerifier
+from ..engine.containment import FAULT, Containment
+from ..engine.request_kinds import refusal, refuse_unservable
+from ..engine.request_rules import needs_host_tokens
+from ..engine.step_output import cache_locations, idle_result, step_result, verify_positions
+from ..engine.step_relay import StepRelay
 from ..engine.worker_base import worker_base
 from ..engine.worker_contract import contract
+from ..errors import is_plain_int
 from .step_widths import StepWidths
-
-
-def accept_greedy(drafts: Any, predicted: Any) -> Any:
-    """Tokens each request commits, ``(bs,)`` int32, for greedy verification of chains.
-
-    ``drafts`` is the verified chain ``(bs, width)`` (column 0 the root) and
-    ``predicted`` the target's argmax after each of its tokens. Draft ``j``
-    is accepted while every draft before it was and it equals the target's
-    prediction after token ``j - 1``; the target's prediction after the last
-    accepted token is the bonus. So request ``i`` commits ``1 + accepted``
-    tokens, which are ``predicted[i, :1 + accepted]``. Tensors in, a tensor out
-    (torch, no SGLang)."""
-    matches = (drafts[:, 1:] == predicted[:, :-1]).int()
-    return (matches.cumprod(dim=1).sum(dim=1) + 1).int()
-
 
 def require_chain_release(algorithm: str) -> None:
     """A chain worker's release check, for its plugin's ``validate_server_args``
@@ -40,30 +31,62 @@ def require_chain_release(algorithm: str) -> None:
                          f"{found.release} runs synchronous plugin workers on {found.non_overlap_schema!r}")
 
 
+def draft_problem(drafted: Any, count: int, vocab_size: int) -> Optional[str]:
+    """What is wrong with ``drafted`` as ``count`` draft tokens of a vocabulary of ``vocab_size``, or None."""
+    if not isinstance(drafted, (list, tuple)):
+        return f"returned a {type(drafted).__name__}, not a list of {count} token ids"
+    if len(drafted) != count:
+        return f"returned {len(drafted)} tokens, not {count}"
+    for token in drafted:
+        try:
+            value = operator.index(token) if not isinstance(token, bool) else None
+        except TypeError:
+            value = None
+        if value is None or not 0 <= value < vocab_size:
+            return f"returned {ascii(token)[:40]}, not a token id in [0, {vocab_size})"
+    return None
+
+
 @functools.lru_cache(maxsize=None)
 def chain_worker_base() -> type:
     """A base class for a model-free chain drafter's worker (imports SGLang; SGLang 0.5.14+).
 
-    It is :func:`worker_base` with the whole greedy step: an idle step returns
+    It is :func:`worker_base` with the whole step, for every request kind the
+    release serves (:mod:`~sglang_spec_plugins.engine.request_kinds`), under
+    SGLang's overlap scheduler or without it. An idle step returns
     :func:`idle_result`; a prefill is the target's own (it samples the first
     token), refusing first, request by request, those ``refusal(req)`` gives a
-    reason for (:func:`greedy_refusal` by default); a decode step takes its
-    width from ``step_width(batch)``, asks each request's ``drafts(req, tokens,
-    width - 1)``, runs the target's TARGET_VERIFY over the chains ``[root,
-    drafts...]`` at :func:`verify_positions` (SGLang's own ``DFlashVerifyInput``:
-    a causal chain, the input the loader captures CUDA graphs with for a
-    ``"chain"`` algorithm), commits what :func:`accept_greedy` accepts (so
-    greedy outputs are plain greedy decoding's, whatever the drafts), hands the
-    accept counts to ``self.widths.record`` and the chains to ``verified``, and
-    returns :func:`step_result` (rows of the step's width, carried rows of
-    ``self.widths.maximum``). The accepted tokens are a prefix of the chain, so
-    their KV is already in place; the rejected tail's slots are overwritten next step.
+    reason for; a decode step takes its width from ``step_width(batch)``, asks
+    each request's ``drafts(req, tokens, width - 1)`` (``tokens``: its prompt and
+    every token it committed, those still in flight under overlap included),
+    runs the target's TARGET_VERIFY over the chains ``[root, drafts...]`` at
+    :func:`verify_positions` (SGLang's own ``DFlashVerifyInput``: a causal
+    chain, the input the loader captures CUDA graphs with for a ``"chain"``
+    algorithm), commits what :class:`~sglang_spec_plugins.engine.chain_verify.ChainVerifier`
+    accepts (greedy requests token for token plain greedy decoding's, sampled
+    ones distributed exactly as plain sampling's, penalties, grammars and
+    ``logit_bias`` applied at every position as plain decoding applies them,
+    logprobs as plain decoding's), hands the accept counts to
+    ``self.widths.record`` and returns :func:`step_result`. The accepted
+    tokens are a prefix of the chain, so their KV is already in place; the
+    rejected tail's slots are overwritten next step. Nothing the step computed
+    is read back to the host in that step: the next step reads what it needs.
+
+    A drafter's fault never stops the server (:mod:`~sglang_spec_plugins.engine.containment`):
+    a hook that raises or answers wrongly is logged and the step goes on
+    without its answer (a request's drafts become its root repeated; a step's
+    width the framework's), every request exact; a drafter that keeps faulting
+    is switched off (plugins.toml ``max_faulted_steps``).
 
     A subclass defines ``drafts`` (refused at construction otherwise) and may
-    replace ``step_width``, ``verified`` and ``refusal``. It has
-    ``self.widths`` (:class:`StepWidths` of the target's runner) and
-    ``self.policy`` (:func:`policy_for`: ``.settings``, ``.algorithm``). Its
-    plugin makes :func:`require_chain_release` its ``validate_server_args``."""
+    replace ``step_width`` and ``refusal``. It has ``self.widths``
+    (:class:`StepWidths` of the target's runner), ``self.policy``
+    (:func:`policy_for`: ``.settings``, ``.algorithm``), and, inside a step,
+    ``self.carried(req)``: the target's tokens past what ``req`` committed at its
+    latest step (its argmax, or its draws for a sampled request), guesses for
+    the positions after the new root. Its plugin makes
+    :func:`require_chain_release` its ``validate_server_args`` and may declare
+    ``supports_overlap=True``."""
     # SGLang first: where it is missing, the ImportError names it (the kit then skips SGLang's checks)
     from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardMode
     from sglang.srt.speculative.dflash_info import DFlashVerifyInput
@@ -76,8 +99,18 @@ def chain_worker_base() -> type:
             if type(self).drafts is ChainSpecWorker.drafts:
                 raise self.policy.fault(f"{type(self).__qualname__} is built on chain_worker_base() but defines no "
                                         "drafts(req, tokens, count): the drafter the base verifies")
-            self.widths = StepWidths(self.target_worker.model_runner)  # .at(batch size): each step's width;
-            # .maximum: the row stride of what a step carries to the next
+            runner = self.target_worker.model_runner
+            self.widths = StepWidths(runner)  # .at(batch size): each step's width; .maximum: the largest
+            self.overlap = not getattr(server_args, "disable_overlap_schedule", True)
+            self.contained = Containment(self.policy, self.policy.max_faulted_steps)
+            self._contract = contract()
+            self._verify_chains = ChainVerifier(self._contract)
+            self._vocab_size = runner.model_config.vocab_size
+            self._deterministic = bool(getattr(server_args, "enable_deterministic_inference", False))
+            self._relay: Optional[StepRelay] = None
+            self._latest: Any = None  # the relay's rows of this step's batch, once read
+            self._carried: Any = None  # carried(req) of this step's requests, once asked
+            self._batch: Any = None
 
         def drafts(self, req, tokens: List[int], count: int) -> List[int]:
             """``count`` draft tokens to follow ``tokens`` (the request's prompt and
@@ -91,51 +124,109 @@ def chain_worker_base() -> type:
             step, before drafting): the framework's, ``self.widths.at(batch size)``."""
             return self.widths.at(len(batch.reqs))
 
-        def verified(self, batch, drafts, predicted, accept_lens) -> None:
-            """Called after each verify with the chains ``(bs, width)`` (column 0 the
-            root), the target's argmax after each of their tokens ``(bs, width)`` and
-            the tokens each request commits ``(bs,)``, rows in ``batch.reqs``' order,
-            before ``batch.reqs`` take the committed tokens; nothing by default."""
-
         def refusal(self, req) -> Optional[str]:
-            """Why this worker cannot serve ``req`` exactly (refused at its prefill), or None."""
-            return greedy_refusal(req, self.policy.algorithm)
+            """Why this worker cannot serve ``req`` exactly (refused at its prefill), or None:
+            what the release cannot serve (:func:`~sglang_spec_plugins.engine.request_kinds.refusal`)."""
+            return refusal(req, self.policy.algorithm, self._contract, self._deterministic)
+
+        def carried(self, req) -> List[int]:
+            """Inside a decode step: the target's tokens past what ``req`` committed at its
+            latest step (empty after its prefill)."""
+            if self._latest is None:
+                self._latest = self._relay.read(self._batch.req_pool_indices)
+            if self._carried is None:
+                self._carried = {id(r): past for r, past in zip(self._batch.reqs, StepRelay.past(self._latest))}
+            return self._carried[id(req)]
 
         @property
         def speculative_num_draft_tokens(self) -> int:
             """The latest step's width (SGLang 0.5.13+ reports it as its sglang:spec_num_draft_tokens metric)."""
             return self.widths.latest
 
-        def forward_batch_generation(self, batch, **kwargs):
+        def forward_batch_generation(self, batch, on_publish=None, **kwargs):
+            device = self.target_worker.model_runner.device
+            if self._relay is None:
+                self._relay = StepRelay(batch.req_to_token_pool.req_to_token.shape[0], self.widths.maximum, device)
             if batch.forward_mode.is_idle():
-                return idle_result(self.target_worker.model_runner.device, self.widths.maximum)
+                result = idle_result(device, self.widths.maximum, self.overlap)
+                if on_publish is not None:
+                    on_publish(result.new_seq_lens)
+                return result
             if batch.forward_mode.is_extend() or getattr(batch, "is_extend_in_batch", False):
-                return self._prefill(batch)
-            return self._verify(batch)
+                return self._prefill(batch, on_publish)
+            return self._verify(batch, on_publish)
 
-        def _prefill(self, batch):
-            refuse_unservable(batch, self.refusal)
+        def _refusal(self, req) -> Optional[str]:
+            if self.contained.off or type(self).refusal is ChainSpecWorker.refusal:
+                return ChainSpecWorker.refusal(self, req)
+            why = self.contained.call("refusal(req)", self.refusal, req, req=req)
+            if why is FAULT or not (why is None or isinstance(why, str)):
+                if why is not FAULT:
+                    self.contained.fault("refusal(req)", f"returned a {type(why).__name__}, not a str or None", req)
+                return ChainSpecWorker.refusal(self, req)
+            return why
+
+        def _prefill(self, batch, on_publish):
+            self.contained.begin()
+            refuse_unservable(batch, self._refusal)
+            self.contained.end()
             out = self.target_worker.forward_batch_generation(batch)
-            first = out.next_token_ids
+            first = out.next_token_ids.unsqueeze(1)
             accept_lens = torch.ones(len(batch.reqs), dtype=torch.int32, device=first.device)
-            return step_result(out.logits_output, first.unsqueeze(1), accept_lens, batch.seq_lens.clone(),
-                               out.can_run_cuda_graph, self.widths.maximum)
+            new_seq_lens = batch.seq_lens.clone()
+            if on_publish is not None:
+                on_publish(new_seq_lens)
+            self._relay.keep(batch.req_pool_indices, first, accept_lens)
+            return step_result(out.logits_output, first, accept_lens, new_seq_lens, out.can_run_cuda_graph,
+                               self.widths.maximum, self.overlap)
 
-        def _chains(self, batch, width: int) -> List[List[int]]:
+        def _tokens(self, batch) -> List[List[int]]:
+            """Each request's prompt and committed tokens, those in flight (overlap) read from the relay."""
+            missing = self._relay.in_flight(batch)
+            tails = [[]] * len(batch.reqs)
+            if any(missing):
+                self._latest = self._relay.read(batch.req_pool_indices)
+                tails = StepRelay.tails(self._latest, missing)
+            return [[*req.origin_input_ids, *req.output_ids, *tail] for req, tail in zip(batch.reqs, tails)]
+
+        def _width(self, batch) -> int:
+            size = len(batch.reqs)
+            if not self.contained.off:
+                width = self.contained.call("step_width(batch)", self.step_width, batch)
+                if width is not FAULT:
+                    if is_plain_int(width) and width in self.widths.declared:
+                        return width
+                    self.contained.fault("step_width(batch)", f"returned {ascii(width)[:40]}, not one of the declared "
+                                                             f"widths {', '.join(map(str, self.widths.declared))}")
+            return self.widths.at(size, 1) if 1 in self.widths.choices(size) else self.widths.at(size)
+
+        def _chains(self, batch, tokens: List[List[int]], width: int) -> List[List[int]]:
             chains = []
-            for req in batch.reqs:
-                tokens = [*req.origin_input_ids, *req.output_ids]  # one copy: prompt and output so far
-                drafted = self.drafts(req, tokens, width - 1)
-                if len(drafted) != width - 1:
-                    raise self.policy.fault(f"{type(self).__qualname__}.drafts(req, tokens, {width - 1}) returned "
-                                            f"{len(drafted)} tokens, not {width - 1}")
-                chains.append([tokens[-1], *drafted])
+            for req, known in zip(batch.reqs, tokens):
+                drafted = None
+                if width > 1 and not self.contained.off:
+                    drafted = self.contained.call("drafts(req, tokens, count)", self.drafts, req, known, width - 1,
+                                                  req=req)
+                    if drafted is not FAULT:
+                        problem = draft_problem(drafted, width - 1, self._vocab_size)
+                        if problem is not None:
+                            self.contained.fault("drafts(req, tokens, count)", problem, req)
+                            drafted = None
+                    else:
+                        drafted = None
+                root = known[-1]
+                chains.append([root, *(map(int, drafted) if drafted is not None else [root] * (width - 1))])
             return chains
 
-        def _verify(self, batch):
+        def _verify(self, batch, on_publish):
             device = batch.seq_lens.device
-            width = self.step_width(batch)  # this step's, for every request of it
-            drafts = torch.tensor(self._chains(batch, width), dtype=torch.int64).to(device, non_blocking=True)
+            self.contained.begin()
+            self._batch, self._latest, self._carried = batch, None, None
+            tokens = self._tokens(batch)
+            width = self._width(batch)
+            chains = self._chains(batch, tokens, width)
+            self._batch, self._latest, self._carried = None, None, None
+            drafts = torch.tensor(chains, dtype=torch.int64).to(device, non_blocking=True)
             positions = verify_positions(batch.seq_lens, width)
             batch.out_cache_loc = cache_locations(
                 batch.req_to_token_pool.req_to_token, batch.req_pool_indices, positions).flatten()
@@ -146,13 +237,18 @@ def chain_worker_base() -> type:
                 custom_mask=None, capture_hidden_mode=CaptureHiddenMode.NULL,
             )
             out = self.target_worker.forward_batch_generation(batch, is_verify=True)
-            predicted = torch.argmax(out.logits_output.next_token_logits, dim=-1).view(len(batch.reqs), width)
-            accept_lens = accept_greedy(drafts, predicted)
-            self.widths.record(accept_lens)  # what the acceptance controller, where it is on, learns from
-            self.verified(batch, drafts, predicted, accept_lens)
+            outputs = [known[len(req.origin_input_ids):] if needs_host_tokens(req) else None
+                       for req, known in zip(batch.reqs, tokens)]
+            rows, accept_lens = self._verify_chains(batch, out.logits_output, drafts, outputs, chains)
+            new_seq_lens = batch.seq_lens + accept_lens.to(batch.seq_lens.dtype)
+            if on_publish is not None:
+                on_publish(new_seq_lens)
+            self._relay.keep(batch.req_pool_indices, rows, accept_lens)
+            if not self.contained.faulted:
+                self.widths.record(accept_lens)  # what the acceptance controller, where it is on, learns from
+            self.contained.end()
             batch.forward_mode = ForwardMode.DECODE
-            return step_result(out.logits_output, predicted, accept_lens,
-                               batch.seq_lens + accept_lens.to(batch.seq_lens.dtype), out.can_run_cuda_graph,
-                               self.widths.maximum)
+            return step_result(out.logits_output, rows, accept_lens, new_seq_lens, out.can_run_cuda_graph,
+                               self.widths.maximum, self.overlap)
 
     return ChainSpecWorker

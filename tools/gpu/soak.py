@@ -57,7 +57,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from sglang_spec_plugins.engine.greedy_step import refusal_head
+from sglang_spec_plugins.engine.request_kinds import refusal_head
 
 HERE = Path(__file__).resolve().parent
 ENGINE_DIR = HERE / "engine"

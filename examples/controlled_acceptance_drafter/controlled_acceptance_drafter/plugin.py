@@ -113,7 +113,7 @@ def _validate(server_args):
 
 @hookimpl
 def sgl_spec_algorithms():
-    return [AlgorithmSpec(name=ALGORITHM, worker_factory=_worker_factory, supports_overlap=False,
+    return [AlgorithmSpec(name=ALGORITHM, worker_factory=_worker_factory, supports_overlap=True,
                           validate_server_args=_validate, capabilities={"has_draft_kv": False})]
 
 

@@ -49,7 +49,7 @@ class DFlashBlockPlugin:
 
     @hookimpl
     def sgl_spec_algorithms(self):
-        return [AlgorithmSpec(name=ALGORITHM, worker_factory=_worker_factory, supports_overlap=False,
+        return [AlgorithmSpec(name=ALGORITHM, worker_factory=_worker_factory, supports_overlap=True,
                               validate_server_args=_validate, draft_model=DraftModel())]
 
     @hookimpl

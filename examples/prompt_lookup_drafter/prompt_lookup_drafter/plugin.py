@@ -65,7 +65,7 @@ def _validate(server_args):
 @hookimpl
 def sgl_spec_algorithms():
     # has_draft_kv=False: no draft model, so no draft KV to size or transfer (SGLang's answer for NGRAM)
-    return [AlgorithmSpec(name=ALGORITHM, worker_factory=_worker_factory, supports_overlap=False,
+    return [AlgorithmSpec(name=ALGORITHM, worker_factory=_worker_factory, supports_overlap=True,
                           validate_server_args=_validate, capabilities={"has_draft_kv": False})]
 
 

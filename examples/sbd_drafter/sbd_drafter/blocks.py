@@ -4,22 +4,15 @@ A request verifies the chain ``[root, g_1..g_k, M, ..., M]`` of the step's
 width: its last committed token, the target's own guesses for the positions
 after it (carried from the previous step) and the mask token ``M`` for the
 rest. After a verify that committed ``accept_len`` tokens (``accept_len - 1``
-drafts and the bonus), the target's argmax at the chain positions past them,
-``predicted[accept_len:width]``, predicts exactly the positions after the new
-root (the bonus): those are the next step's guesses (Jacobi iteration).
+drafts and the bonus), the target's tokens at the chain positions past them
+predict exactly the positions after the new root (the bonus): those are the
+next step's guesses (Jacobi iteration); the chain base hands them over as
+``carried(req)``.
 """
 
 from __future__ import annotations
 
-from typing import Any, List, Sequence
-
-
-def carried_guesses(predicted: Any, accept_lens: Any) -> List[List[int]]:
-    """Per request, the guesses for the positions after its new root:
-    ``predicted[i, accept_lens[i]:]`` of the step's ``(bs, width)`` argmax
-    (``accept_lens``: tokens each request committed, at least 1)."""
-    rows, counts = predicted.tolist(), accept_lens.tolist()
-    return [row[count:] for row, count in zip(rows, counts)]
+from typing import List, Sequence
 
 
 def block_drafts(guesses: Sequence[int], count: int, mask_token_id: int) -> List[int]:

@@ -1,4 +1,4 @@
-"""What a greedy-verifying plugin worker hands SGLang's scheduler each step (imports SGLang).
+"""What a plugin worker hands SGLang's scheduler each step (imports SGLang).
 
 SGLang 0.5.14+ drives a plugin worker on its V2 speculative schema, the way it
 drives its own model-free NGRAM worker: before every decode step the scheduler
@@ -11,46 +11,15 @@ whose KV is written; the request's last token (the root) is not among them.
 A worker verifying a chain of ``width`` tokens per request (its root and
 ``width - 1`` drafts) places them at :func:`verify_positions` in the slots
 :func:`cache_locations` reads off the request's row, and returns
-:func:`step_result`.
+:func:`step_result`. Under the overlap scheduler (0.5.14+) the scheduler
+relays what the result carries to the next step through its ``FutureMap``,
+keyed by the request's pool slot, and passes the worker ``on_publish``, which
+the step calls with ``new_seq_lens`` as soon as they are known.
 """
 
 from __future__ import annotations
 
-from http import HTTPStatus
-from typing import Any, Callable, Optional
-
-
-def greedy_refusal(req: Any, algorithm: str) -> Optional[str]:
-    """Why ``req`` cannot be served exactly by greedy verification, or None."""
-    params = req.sampling_params
-    reasons = [
-        (params.top_k > 1 and params.temperature > 0, "sampling with temperature > 0 (use temperature 0)"),
-        (params.frequency_penalty or params.presence_penalty or params.repetition_penalty != 1.0, "penalties"),
-        (bool(getattr(params, "logit_bias", None)), "logit_bias"),
-        (params.min_new_tokens > 0, "min_new_tokens"),
-        (bool(getattr(req, "custom_logit_processor", None)), "a custom logit processor"),
-        (req.return_logprob, "return_logprob"),
-        (getattr(req, "grammar", None) is not None, "grammar-constrained decoding"),
-    ]
-    found = [why for hit, why in reasons if hit]
-    return refusal_head(algorithm) + ", ".join(found) if found else None
-
-
-def refusal_head(algorithm: str) -> str:
-    """How every :func:`greedy_refusal` of ``algorithm`` begins (a client or a soak tells refusals by it)."""
-    return f"{algorithm} speculative decoding serves greedy requests only; this one asks for "
-
-
-def refuse_unservable(batch: Any, refusal: Callable[[Any], Optional[str]]) -> None:
-    """Finish, before their first decode step, the requests of a prefill batch
-    that ``refusal(req)`` gives a reason for (400 with the reason; the server
-    goes on); a worker's ``refusal`` is :func:`greedy_refusal` or adds to it."""
-    from sglang.srt.managers.schedule_batch import FINISH_ABORT
-
-    for req in batch.reqs:
-        why = refusal(req)
-        if why is not None and req.to_finish is None:
-            req.to_finish = FINISH_ABORT(why, HTTPStatus.BAD_REQUEST, "BadRequestError")
+from typing import Any
 
 
 def verify_positions(seq_lens: Any, width: int) -> Any:
@@ -82,16 +51,27 @@ def carried_rows(rows: Any, stride: int) -> Any:
 
 
 def step_result(logits_output: Any, rows: Any, accept_lens: Any, new_seq_lens: Any, can_run_cuda_graph: bool,
-                stride: int) -> Any:
+                stride: int, overlap: bool) -> Any:
     """The step's ``GenerationBatchResult``: ``rows`` ``(bs, width)``, row ``i``
-    starting with the ``accept_lens[i]`` tokens request ``i`` commits; what
-    the scheduler carries to the next step (an ``NgramVerifyInput``, as for
-    SGLang's model-free NGRAM) has rows of ``stride``, the largest width."""
+    starting with the ``accept_lens[i]`` tokens request ``i`` commits. What the
+    scheduler carries to the next step: without overlap an ``NgramVerifyInput``
+    (as for SGLang's model-free NGRAM) with rows of ``stride``, the largest
+    width; under the ``overlap`` scheduler an ``EagleDraftInput`` holding each
+    request's last committed token, which the scheduler's FutureMap relays (as
+    for SGLang's V2 workers)."""
     from sglang.srt.managers.utils import GenerationBatchResult
-    from sglang.srt.speculative.ngram_info import NgramVerifyInput
 
-    carried = NgramVerifyInput(draft_token_num=stride, new_seq_lens=new_seq_lens,
-                               accept_tokens=carried_rows(rows, stride).flatten(), accept_lens=accept_lens)
+    if overlap:
+        from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
+        from sglang.srt.speculative.eagle_info import EagleDraftInput
+
+        last = rows.gather(1, (accept_lens.long() - 1).clamp_min(0).unsqueeze(1)).squeeze(1)
+        carried = EagleDraftInput(bonus_tokens=last, capture_hidden_mode=CaptureHiddenMode.NULL)
+    else:
+        from sglang.srt.speculative.ngram_info import NgramVerifyInput
+
+        carried = NgramVerifyInput(draft_token_num=stride, new_seq_lens=new_seq_lens,
+                                   accept_tokens=carried_rows(rows, stride).flatten(), accept_lens=accept_lens)
     return GenerationBatchResult(
         logits_output=logits_output, next_token_ids=rows.flatten(), accept_lens=accept_lens,
         new_seq_lens=new_seq_lens, next_draft_input=carried, can_run_cuda_graph=can_run_cuda_graph,
@@ -99,10 +79,10 @@ def step_result(logits_output: Any, rows: Any, accept_lens: Any, new_seq_lens: A
     )
 
 
-def idle_result(device: Any, stride: int) -> Any:
+def idle_result(device: Any, stride: int, overlap: bool) -> Any:
     """The result of a step with no request (an idle batch)."""
     import torch
 
     tokens = torch.empty((0, stride), dtype=torch.int64, device=device)
     lens = torch.empty((0,), dtype=torch.int64, device=device)
-    return step_result(None, tokens, lens.to(torch.int32), lens, False, stride)
+    return step_result(None, tokens, lens.to(torch.int32), lens, False, stride, overlap)

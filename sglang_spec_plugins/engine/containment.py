@@ -1,0 +1,105 @@
+"""A drafter's faults while serving, contained: the server goes on, every request stays exact.
+
+The worker bases call a drafter's code (its hooks) through :meth:`Containment.call`
+and check what it returns before any of it reaches SGLang or a GPU. A fault
+(an exception of any kind, ``SystemExit`` included, or an answer of the wrong
+type, count, width or token range) never leaves the step: the base goes on
+without that drafter answer, which keeps every request exact (verification
+decides what commits, whatever the drafts; a request without drafts verifies
+its root alone, plain decoding). Each step with a fault is logged once, naming
+the plugin, its distribution, the hook and the request. After ``limit``
+faulted steps the drafter is switched off for the process (one log line) and
+the worker serves plainly. A step whose drafter code took longer than
+:data:`SLOW_STEP_S` is logged, naming the plugin (at most once a minute).
+``KeyboardInterrupt`` is not a fault: it stops the process as before.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Callable, List, Optional
+
+logger = logging.getLogger("sglang_spec_plugins")
+
+SLOW_STEP_S = 1.0
+"""Seconds of drafter code in one step past which the step is logged as slow."""
+
+SLOW_LOG_INTERVAL_S = 60.0
+"""Seconds between two slow-step lines."""
+
+FAULT = object()
+"""What :meth:`Containment.call` returns in place of a faulted hook's answer."""
+
+
+def shown_rid(req: Any) -> str:
+    """A request's id as messages quote it (escaped: a client chooses it)."""
+    return ascii(str(getattr(req, "rid", "?")))
+
+
+class Containment:
+    """The faults of one worker's drafter (``policy``: its algorithm's, which names the plugin)."""
+
+    def __init__(self, policy: Any, limit: int, clock: Callable[[], float] = time.perf_counter):
+        self.policy = policy
+        self.limit = limit
+        self.off = False
+        self.faulted_steps = 0
+        self._clock = clock
+        self._faults: List[str] = []
+        self._spent = 0.0
+        self._last_slow = -SLOW_LOG_INTERVAL_S
+
+    def begin(self) -> None:
+        """A step starts."""
+        self._faults.clear()
+        self._spent = 0.0
+
+    def call(self, hook: str, code: Callable[..., Any], *args: Any, req: Any = None) -> Any:
+        """``code(*args)``, or :data:`FAULT` (recorded) where it raises anything but ``KeyboardInterrupt``."""
+        started = self._clock()
+        try:
+            return code(*args)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # SystemExit too: the drafter's, not the server's
+            self.fault(hook, f"raised {type(exc).__name__}: {_text(exc)}", req)
+            return FAULT
+        finally:
+            self._spent += self._clock() - started
+
+    def fault(self, hook: str, what: str, req: Any = None) -> None:
+        """Record that ``hook`` (for ``req``, where it concerns one) ``what``."""
+        concerning = f" for request {shown_rid(req)}" if req is not None else ""
+        self._faults.append(f"{hook}{concerning} {what}")
+
+    @property
+    def faulted(self) -> bool:
+        """Whether this step had a fault so far."""
+        return bool(self._faults)
+
+    def end(self) -> None:
+        """The step ends: log its faults and slowness; switch the drafter off past the limit."""
+        if self._faults:
+            self.faulted_steps += 1
+            more = f" (and {len(self._faults) - 1} more faults in this step)" if len(self._faults) > 1 else ""
+            logger.warning("%s; the step went on without it, every request exact%s",
+                           self.policy.fault(self._faults[0]), more)
+            if not self.off and self.faulted_steps > self.limit:
+                self.off = True
+                logger.error("%s", self.policy.fault(
+                    f"switched off for this process after {self.faulted_steps} faulted steps (max_faulted_steps = "
+                    f"{self.limit}); its requests are served without drafts, exactly"))
+        now = self._clock()
+        if self._spent > SLOW_STEP_S and now - self._last_slow >= SLOW_LOG_INTERVAL_S:
+            self._last_slow = now
+            logger.warning("%s", self.policy.fault(
+                f"its code took {self._spent:.1f} s in one decode step (more than {SLOW_STEP_S:g} s); the step waited"))
+
+
+def _text(exc: BaseException) -> str:
+    try:
+        text = str(exc)
+    except Exception:
+        text = f"<{type(exc).__name__} whose str() raised>"
+    return ascii(text)[1:-1] if text else "(no message)"
