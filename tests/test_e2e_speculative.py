@@ -202,6 +202,20 @@ def test_the_readme_s_joined_tables_are_what_its_command_prints(command):
     assert "| bar |" in printed and printed.strip() in readme
 
 
+def test_which_engines_had_the_overlap_scheduler_on():
+    """A record says whether SGLang's overlap scheduler served it; the committed records, written before it did,
+    ran plain decoding overlapped and every other engine (``plain_sync`` and every speculative one) without."""
+    assert e2e.overlap_schedule({"label": "static4_ndt8", "overlap_schedule": True}) is True
+    assert e2e.overlap_schedule({"label": "plain", "overlap_schedule": False}) is False
+    seen = set()
+    for path in sorted((ROOT / "benchmarks" / "results").glob("e2e_speculative_h200*.jsonl")):
+        for record in e2e.read_results(path):
+            assert "overlap_schedule" not in record
+            assert e2e.overlap_schedule(record) is (record["label"] == "plain"), (path.name, record["label"])
+            seen.add(e2e.overlap_schedule(record))
+    assert seen == {True, False}
+
+
 def test_an_engine_that_failed_is_left_out_of_the_tables():
     results = synthetic(lambda label, batch, acceptance: 1.0)
     failed = {"label": "static16_ndt16", "ok": False, "error": "RuntimeError: workspace"}
