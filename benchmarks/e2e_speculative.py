@@ -14,12 +14,12 @@ settles) and once timed.
     python3 benchmarks/e2e_speculative.py run --out OUT [--state DIR] [--deadline S] [--only LABEL,...]
     python3 benchmarks/e2e_speculative.py together --out OUT --labels A,B,... [--rounds N] [--state DIR] [--deadline S]
     python3 benchmarks/e2e_speculative.py tables RESULTS.jsonl [--with OTHER.jsonl ...] [--ndt N]
-                                                                         (anywhere: the README tables)
+                                                                         (anywhere: the tables of results/HISTORY.md)
 
 ``run`` starts each engine not yet in the results in its own process (one engine = one server: start,
 capture, every cell, shut down), until ``--deadline`` seconds from its start leave no time for the next;
 ``--state DIR`` holds the results (and the recorded continuations) of earlier calls, copied into ``OUT`` first,
-so that calls of under 9 minutes each complete the set. See ``benchmarks/README.md`` for the H200 commands.
+so that calls of under 9 minutes each complete the set. See ``benchmarks/METHODS.md`` for the H200 commands.
 
 ``together`` keeps a group of engines resident on the GPU at once and times them in turns: each engine
 starts after the one before it is up (so each sizes its memory with the others' already taken), then every
@@ -1028,7 +1028,7 @@ def main(argv=None) -> int:
     p_resident.add_argument("label", type=engine_label)
     p_resident.add_argument("--out", required=True)
     p_resident.add_argument("--address", required=True)
-    p_tables = sub.add_parser("tables", help="print the README tables of a results file")
+    p_tables = sub.add_parser("tables", help="print the tables of a results file (results/HISTORY.md holds each run's)")
     p_tables.add_argument("results", type=Path)
     p_tables.add_argument("--with", dest="others", type=Path, action="append", default=[],
                           help="a results file whose engines the first lacks join the tables (first given first)")
