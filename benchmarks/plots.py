@@ -4,7 +4,7 @@
     python3 benchmarks/plots.py --check    # exit 1 naming each plot drawn from other inputs (no matplotlib needed)
 
 Each PNG carries a tEXt chunk, :data:`KEY`, holding the SHA-256 of exactly what it was drawn from: the result
-files :data:`PLOTS` names and this script. ``stale`` recomputes it with the standard library alone (CI has no
+files :data:`PLOTS` names (the runs ``landing.CURRENT`` reports) and this script. ``stale`` recomputes it with the standard library alone (CI has no
 matplotlib; ``tests/test_benchmark_tables.py`` runs it), so a result file or this script changed after the plot
 was drawn fails the check. The result files are read here directly, not through ``e2e_speculative.py``, so that
 an edit of that script's other code does not call for new plots.
@@ -26,13 +26,13 @@ SCRIPT = "benchmarks/plots.py"
 KEY = "sglang-spec-plugins inputs"
 """The tEXt keyword whose text is ``{"sha256": ..., "inputs": [...]}``."""
 
-ASLEEP = ["benchmarks/results/e2e_speculative_h200_asleep_ndt16.jsonl",
-          "benchmarks/results/e2e_speculative_h200_asleep_ndt8.jsonl",
-          "benchmarks/results/e2e_speculative_h200_asleep_references.jsonl",
-          "benchmarks/results/e2e_speculative_h200_asleep_sync.jsonl"]
-"""The controlled-acceptance run the landing page reports (``landing.CURRENT["acceptance"][16]``), first file first."""
-DFLASH = ["benchmarks/results/e2e_speculative_h200_together_rerun.jsonl"]
-VERIFY = ["benchmarks/results/adaptive_width_h200_0.5.23.json"]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from landing import CURRENT  # noqa: E402 - which run answers each question: the landing page's
+
+ASLEEP: List[str] = CURRENT["acceptance"][16]
+"""The controlled-acceptance run the landing page reports, first file first."""
+DFLASH: List[str] = [CURRENT["dflash"][0][0]]
+VERIFY: List[str] = [CURRENT["verify_step"]]
 
 ENGINES = [("plain", "plain decoding (overlap on)"), ("plain_sync", "plain decoding, overlap off"),
            ("static2_ndt8", "static width 2"), ("static4_ndt8", "static width 4"), ("static8_ndt8", "static width 8"),
