@@ -7,8 +7,10 @@ Each block lies between ``<!-- landing:NAME -->`` and ``<!-- /landing:NAME -->``
 :data:`BLOCKS` names, from the runs :data:`CURRENT` names: for each question, the run that answers it now
 (``benchmarks/results/HISTORY.md`` says why, run by run). A row no committed run fills yet is one of
 :data:`NOT_YET`'s and reads "not yet measured". To put a new run on the page: commit its result file, name it in
-``CURRENT`` (and drop the ``NOT_YET`` row it fills), run this script and ``benchmarks/plots.py``, and add the run's
-note to HISTORY.md. ``tests/test_benchmark_tables.py`` fails while a block is stale.
+``CURRENT`` (a DFLASH run with a trained draft is one more ``(file, draft)`` of ``CURRENT["dflash"]``) and drop the
+``NOT_YET`` row it fills, add the run's note to HISTORY.md and its anchor to :data:`HISTORY`, then run this script and
+``benchmarks/plots.py``. Which engines SGLang's overlap scheduler served is read off each record
+(``e2e_speculative.overlap_schedule``), so a run with it on says so by itself. ``tests/test_benchmark_tables.py`` fails while a block is stale.
 """
 
 from __future__ import annotations
@@ -54,14 +56,17 @@ NOT_YET: Dict[str, List[str]] = {
 """Rows of each block that no committed run fills yet."""
 
 HISTORY: Dict[str, str] = {
-    "layer_step": "2026-11-30-sglang-0521-and-0523-on-an-h200",
-    "verify_step": "2026-12-01-32-layers-and-the-lm-head-on-an-h200",
-    "acceptance": "2026-12-03-later-idle-engines-asleep",
-    "dflash": "2026-12-02-the-next-session-rerun-after-two-host-waits-were-removed",
-    "dflash_w4": "2026-12-02-later-engines-resident-together-three-interleaved-rounds",
-    "startup": "start-up-startuppy",
+    "benchmarks/results/layer_step_h200_0.5.23.json": "2026-11-30-sglang-0521-and-0523-on-an-h200",
+    "benchmarks/results/adaptive_width_h200_0.5.23.json": "2026-12-01-32-layers-and-the-lm-head-on-an-h200",
+    "benchmarks/results/e2e_speculative_h200_asleep_ndt8.jsonl": "2026-12-03-later-idle-engines-asleep",
+    "benchmarks/results/e2e_speculative_h200_asleep_ndt16.jsonl": "2026-12-03-later-idle-engines-asleep",
+    "benchmarks/results/e2e_speculative_h200_together_rerun.jsonl":
+        "2026-12-02-the-next-session-rerun-after-two-host-waits-were-removed",
+    "benchmarks/results/e2e_speculative_h200_together.jsonl":
+        "2026-12-02-later-engines-resident-together-three-interleaved-rounds",
+    "benchmarks/results/startup.json": "start-up-startuppy",
 }
-"""The note in results/HISTORY.md of each run of :data:`CURRENT` (its heading's anchor)."""
+"""The note in results/HISTORY.md (its heading's anchor) of each result file a block links."""
 
 BUDGET_MS = 50
 """Issue 47's start-up budget: what the loader may add to one process with 10 plugins."""
@@ -127,8 +132,8 @@ def _overlap(records: List[Dict[str, Any]], names: Dict[str, str]) -> str:
     return f"overlap scheduler on: {', '.join(on)}; off (`--disable-overlap-schedule`): {listed or 'none'}"
 
 
-def _history(name: str) -> str:
-    return f"[history](results/HISTORY.md#{HISTORY[name]})"
+def _history(path: str) -> str:
+    return f"[history](results/HISTORY.md#{HISTORY[path]})"
 
 
 def _acceptance_rows(ndt: int) -> List[Dict[str, Any]]:
@@ -190,12 +195,12 @@ def width_worth() -> str:
     lines = [
         f"- One layer ({_link(CURRENT['layer_step'])}): Llama-3-8B-shaped, TARGET_VERIFY replayed from a CUDA graph "
         f"through SGLang {layer['release']}'s trtllm_mha, ndt 16, contexts 1024 and 4096 (the range); {layer['device']}, "
-        f"{layer['date']}; {_history('layer_step')}. No scheduler runs (overlap does not apply).",
+        f"{layer['date']}; {_history(CURRENT['layer_step'])}. No scheduler runs (overlap does not apply).",
         f"- 32 layers and the LM head ({_link(CURRENT['verify_step'])}): the same backend, context {grid['context']}; "
-        f"{grid['device']}, {grid['date']}; {_history('verify_step')}. No scheduler runs.",
+        f"{grid['device']}, {grid['date']}; {_history(CURRENT['verify_step'])}. No scheduler runs.",
         f"- End to end ({_link(CURRENT['acceptance'][16][0])} and the other asleep files): CONTROLLED_ACCEPTANCE at "
         f"static widths 2-16, Llama-3-8B shape with dummy weights, flashinfer, CUDA graphs, {_rounds(records)}; "
-        f"{_run_of(records)}, {_history('acceptance')}; {_overlap(records, statics)}.",
+        f"{_run_of(records)}, {_history(CURRENT['acceptance'][16][0])}; {_overlap(records, statics)}.",
         "",
         *_rows(["batch", "one layer: step at width 16 ÷ at width 2 / 4 / 8",
                 "32 layers + LM head: step ms at width " + " / ".join(map(str, grid["widths"])),
@@ -244,9 +249,9 @@ def dflash() -> str:
                            _median_and_range(w4.get(b, []))])
         captions.append(f"- {draft} ({_link(path)}): Llama-3-8B-shaped target, two-layer DFlash-layout draft, blocks of 16, "
                         f"flashinfer, CUDA graphs, engines resident together, {_rounds(records)}; {_run_of(records)}, "
-                        f"{_history('dflash')}; {_overlap(records, names)}.")
+                        f"{_history(path)}; {_overlap(records, names)}.")
     note = (f"¹ Verifying 4 of the 16 drafted tokens; run only in {_link(CURRENT['dflash_w4'])} ({_run_of(earlier)}, "
-            f"{_history('dflash_w4')}), before DFLASH_BLOCK's mid-step host wait was removed. Dummy weights accept no "
+            f"{_history(CURRENT['dflash_w4'])}), before DFLASH_BLOCK's mid-step host wait was removed. Dummy weights accept no "
             "draft token: this times the machinery, not a speed-up. Outputs and verify steps equal native DFLASH's "
             "token for token ([draft](../tools/gpu/results/draft/README.md)).")
     return "\n".join(captions + ["", *_rows(head, rows + _not_yet("dflash", len(head))), "", note])
@@ -308,7 +313,7 @@ def against_plain() -> str:
         f"continuation, each token kept with the cell's acceptance) and plain decoding without overlap (`plain_sync`) "
         f"against plain decoding; Llama-3-8B shape, dummy weights, flashinfer, CUDA graphs, {_rounds(records)} "
         f"({_link(CURRENT['acceptance'][ndt][0])} and the other asleep files); {_run_of(records)}, "
-        f"{_history('acceptance')}; {_overlap(records, names)}. Not NGRAM: on the dummy target's repeating output it "
+        f"{_history(CURRENT['acceptance'][16][0])}; {_overlap(records, names)}. Not NGRAM: on the dummy target's repeating output it "
         f"commits {_span(ngram, '{:.1f}')} of {ndt} tokens a step, whatever the acceptance.",
         "",
         *_rows(head, rows + _not_yet("against_plain", len(head))),
@@ -352,7 +357,7 @@ def by_acceptance() -> str:
     lines = [
         f"- The acceptance controller beside static widths 2-16 and widths by batch size written without knowing "
         f"acceptance, ndt 8 and 16 ({_link(CURRENT['acceptance'][8][0])} and the other asleep files; {_run_of(records)}, "
-        f"{_history('acceptance')}); {_overlap(records, names)}. Ratios are against the best static width up to that "
+        f"{_history(CURRENT['acceptance'][16][0])}); {_overlap(records, names)}. Ratios are against the best static width up to that "
         "ndt (the column: ndt 16's). "
         f"Issue 23's bar: ≥ {e2e.BAR['vs_best_static']}x the best static, ≥ {e2e.BAR['vs_ndt_where_not_best']}x static "
         f"ndt where ndt is not the best, ≥ {e2e.BAR['vs_plain']}x plain; `*`: no static width reaches that part either.",
@@ -396,7 +401,7 @@ def startup() -> str:
         f"- {result['plugins_installed']} plugins installed, fresh processes on the CPU harness (SGLang {machine['sglang']}), "
         f"this package alternating with SGLang alone, medians of {result['repeat']}; {machine['cores']}-core "
         f"{machine['cpu']}, Python {machine['python']}, 1-minute load {_span(load)}; {result['date'][:10]} "
-        f"({_link(CURRENT['startup'])}, {_history('startup')}). A launcher imports no patch target; a scheduler starts "
+        f"({_link(CURRENT['startup'])}, {_history(CURRENT['startup'])}). A launcher imports no patch target; a scheduler starts "
         "as SGLang 0.5.23 starts one; `all_targets` imports every patched module first (the bound). No serving loop runs "
         "(overlap does not apply).",
         "",
