@@ -81,10 +81,14 @@ def test_a_changed_result_makes_the_landing_page_stale(tmp_path, monkeypatch):
     startup["summary"]["launcher"]["added_by_ours_ms"] = 99.9
     (tmp_path / "startup.json").write_text(json.dumps(startup))
     monkeypatch.setitem(landing.CURRENT, "startup", str(tmp_path / "startup.json"))
+    with pytest.raises(SystemExit, match="startup.json has no note in HISTORY"):
+        landing.stale()
+    monkeypatch.setitem(landing.HISTORY, str(tmp_path / "startup.json"), "start-up-startuppy")
     assert landing.stale() == ["glance", "startup"]
     assert "**99.9 ms**" in landing.startup()
     monkeypatch.setitem(landing.CURRENT, "startup", "benchmarks/results/startup.json")
-    records = [json.loads(line) for line in (ROOT / landing.CURRENT["dflash"][0][0]).read_text().splitlines() if line.strip()]
+    committed, _ = landing.CURRENT["dflash"][0]
+    records = [json.loads(line) for line in (ROOT / committed).read_text().splitlines() if line.strip()]
     for record in records:
         if record.get("label") == "dflash_block_ndt16":
             for round_ in record["rounds"]:
@@ -92,6 +96,7 @@ def test_a_changed_result_makes_the_landing_page_stale(tmp_path, monkeypatch):
                     cell["tokens_per_s"] *= 0.9
     (tmp_path / "dflash.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     monkeypatch.setitem(landing.CURRENT, "dflash", [(str(tmp_path / "dflash.jsonl"), "dummy weights")])
+    monkeypatch.setitem(landing.HISTORY, str(tmp_path / "dflash.jsonl"), landing.HISTORY[committed])
     assert landing.stale() == ["glance", "dflash"]
     assert "| missed |" in landing.dflash()
 
