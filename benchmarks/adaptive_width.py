@@ -1,7 +1,7 @@
 """Verify widths by batch size on an H200: adaptive against the best static width and against 16.
 
 Run on the GPU machine as ``gpu_layer_step.py`` is run (one SGLang release's
-``.py`` source first on ``PYTHONPATH``; see benchmarks/README.md):
+``.py`` source first on ``PYTHONPATH``; see benchmarks/METHODS.md):
 
     python3 benchmarks/adaptive_width.py --out $OUT/adaptive_0.5.23.json
 
@@ -297,8 +297,8 @@ def run(args) -> dict:
 
 
 def markdown(result: dict) -> str:
-    """The committed tables of benchmarks/README.md: the step-time grid, then per acceptance the
-    adaptive buckets against static widths."""
+    """A result's tables (benchmarks/results/HISTORY.md holds the committed one's): the step-time grid, then per
+    acceptance the adaptive buckets against static widths."""
     widths = [str(w) for w in result["widths"]]
     lines = ["| batch | " + " | ".join(f"width {w}" for w in widths) + " |", "|---" * (len(widths) + 1) + "|"]
     for bs, row in result["grid_step_ms"].items():

@@ -14,12 +14,12 @@ settles) and once timed.
     python3 benchmarks/e2e_speculative.py run --out OUT [--state DIR] [--deadline S] [--only LABEL,...]
     python3 benchmarks/e2e_speculative.py together --out OUT --labels A,B,... [--rounds N] [--state DIR] [--deadline S]
     python3 benchmarks/e2e_speculative.py tables RESULTS.jsonl [--with OTHER.jsonl ...] [--ndt N]
-                                                                         (anywhere: the README tables)
+                                                                         (anywhere: the tables of results/HISTORY.md)
 
 ``run`` starts each engine not yet in the results in its own process (one engine = one server: start,
 capture, every cell, shut down), until ``--deadline`` seconds from its start leave no time for the next;
 ``--state DIR`` holds the results (and the recorded continuations) of earlier calls, copied into ``OUT`` first,
-so that calls of under 9 minutes each complete the set. See ``benchmarks/README.md`` for the H200 commands.
+so that calls of under 9 minutes each complete the set. See ``benchmarks/METHODS.md`` for the H200 commands.
 
 ``together`` keeps a group of engines resident on the GPU at once and times them in turns: each engine
 starts after the one before it is up (so each sizes its memory with the others' already taken), then every
@@ -251,6 +251,15 @@ def engine_kwargs(spec: Dict[str, Any]) -> Dict[str, Any]:
     return kwargs
 
 
+def overlap_schedule(record: Dict[str, Any]) -> bool:
+    """Whether SGLang's overlap scheduler served a record's engine: its ``overlap_schedule`` (recorded since
+    2026-12-06), else as every earlier run did: on for plain decoding without ``sync``, off for every
+    speculative engine (``--disable-overlap-schedule``)."""
+    if "overlap_schedule" in record:
+        return record["overlap_schedule"]
+    return spec_of(record["label"])["kind"] == "plain" and not spec_of(record["label"]).get("sync")
+
+
 def generate(engine, batch: int, new_tokens: int, acceptance: Optional[float]):
     params = {"temperature": 0, "max_new_tokens": new_tokens, "ignore_eos": True}
     if acceptance is not None:
@@ -300,8 +309,10 @@ def launch_engine(record: Dict[str, Any], out: Path):
     import torch
 
     record.update(sglang=sglang.__version__, torch=torch.__version__, device=torch.cuda.get_device_name(0))
+    kwargs = engine_kwargs(spec_of(record["label"]))
+    record["overlap_schedule"] = not kwargs.get("disable_overlap_schedule", False)
     started = time.perf_counter()
-    engine = sglang.Engine(**engine_kwargs(spec_of(record["label"])))
+    engine = sglang.Engine(**kwargs)
     record["engine_start_s"] = round(time.perf_counter() - started, 1)
     if record["label"] == "plain":  # the continuations every CONTROLLED_ACCEPTANCE engine drafts
         runs = []
@@ -743,40 +754,64 @@ def with_others(results: List[Dict[str, Any]], others: List[List[Dict[str, Any]]
     return results + added
 
 
-def tables(results: List[Dict[str, Any]], ndts=NDTS) -> str:
-    """Per ndt of ``ndts`` whose controller or static ndt ran, one markdown table of tokens/s and the bar's
-    ratios per (batch, acceptance), and the engines' graph capture time and memory."""
+def bar_cells(results: List[Dict[str, Any]], ndt: int) -> List[Dict[str, Any]]:
+    """Issue 23's bar per (acceptance, batch) at ``ndt`` (empty for a run without this ndt's controller and
+    static ndt): ``tokens_per_s`` of each engine (``None`` where it did not run), ``best_width`` (the static width
+    with the most tokens/s), ``vs_best``, ``vs_ndt`` and ``vs_plain`` (the controller's ratios; ``None`` where an
+    engine is missing), ``ndt_is_best``, ``verdict`` (:func:`bar_verdict`, ``-`` where an engine is missing) and
+    ``committed`` (committed tokens per verify step of each engine)."""
     results = [rec for rec in results if not draft_model(rec["label"])]  # draft_model_table's
     r, committed = cells(results), cells(results, "committed_per_verify")
+    if f"controller_ndt{ndt}" not in r and static_label(ndt) not in r:
+        return []
+    statics = [w for w in (2, 4, 8, 16) if w <= ndt]
+    labels = ["plain"] + [static_label(w) for w in statics] + [f"by_batch_ndt{ndt}", f"controller_ndt{ndt}", f"ngram_ndt{ndt}"]
+    out = []
+    for a in ACCEPTANCES:
+        for b in BATCHES:
+            values = {label: r.get(label, {}).get((b, a)) for label in labels}
+            ctl, plain = values[f"controller_ndt{ndt}"], values["plain"]
+            static = {w: values[static_label(w)] for w in statics}
+            ran = {w: v for w, v in static.items() if v is not None}
+            best_width = max(ran, key=ran.get) if ran else None
+            row = {"batch": b, "acceptance": a, "tokens_per_s": values, "best_width": best_width, "vs_best": None,
+                   "vs_ndt": None, "vs_plain": None, "ndt_is_best": None, "verdict": "-",
+                   "committed": {label: committed.get(label, {}).get((b, a)) for label in labels}}
+            if None not in (ctl, plain, best_width, static[ndt]):
+                best = static[best_width]
+                row.update(vs_best=ctl / best, vs_ndt=ctl / static[ndt], vs_plain=ctl / plain, ndt_is_best=static[ndt] >= best)
+                row["verdict"] = bar_verdict(row["vs_best"], None if row["ndt_is_best"] else (row["vs_ndt"], best / static[ndt]),
+                                             (row["vs_plain"], best / plain))
+            out.append(row)
+    return out
+
+
+def tables(results: List[Dict[str, Any]], ndts=NDTS) -> str:
+    """Per ndt of ``ndts`` whose controller or static ndt ran, one markdown table of tokens/s and the bar's
+    ratios per (batch, acceptance) (:func:`bar_cells`), and the engines' graph capture time and memory."""
+    results = [rec for rec in results if not draft_model(rec["label"])]  # draft_model_table's
     parts = []
     for ndt in ndts:
-        if f"controller_ndt{ndt}" not in r and static_label(ndt) not in r:
+        rows_of_bar = bar_cells(results, ndt)
+        if not rows_of_bar:
             continue  # a run without this ndt's own engines
         statics = [w for w in (2, 4, 8, 16) if w <= ndt]
-        cols = ["plain"] + [static_label(w) for w in statics] + [f"by_batch_ndt{ndt}", f"controller_ndt{ndt}", f"ngram_ndt{ndt}"]
         head = ["batch", "acceptance", "plain"] + [f"static {w}" for w in statics] + ["by batch", "controller", "NGRAM",
                                                                                          "ctl ÷ best static", f"ctl ÷ static {ndt}",
                                                                                          "ctl ÷ plain", "bar",
                                                                                          "committed/verify: static 4, ctl"]
         rows = [f"**ndt {ndt}**, tokens/s (CUDA graphs, flashinfer)", "", "| " + " | ".join(head) + " |",
                 "|" + "---|" * len(head)]
-        for a in ACCEPTANCES:
-            for b in BATCHES:
-                values = [r.get(c, {}).get((b, a)) for c in cols]
-                ctl, plain = values[-2], values[0]
-                static = {w: r.get(static_label(w), {}).get((b, a)) for w in statics}
-                best = max((v for v in static.values() if v is not None), default=None)
-                ratios, verdict = ["-"] * 3, "-"
-                if None not in (ctl, plain, best, static[ndt]):
-                    vs_best, vs_ndt, vs_plain = ctl / best, ctl / static[ndt], ctl / plain
-                    ndt_is_best = static[ndt] >= best
-                    ratios = [f"{vs_best:.2f}", f"{vs_ndt:.2f}" + ("" if not ndt_is_best else " (best)"), f"{vs_plain:.2f}"]
-                    verdict = bar_verdict(vs_best, None if ndt_is_best else (vs_ndt, best / static[ndt]),
-                                          (vs_plain, best / plain))
-                per_verify = [committed.get(static_label(4), {}).get((b, a)), committed.get(f"controller_ndt{ndt}", {}).get((b, a))]
-                rows.append("| " + " | ".join([str(b), f"{a}"] + ["-" if v is None else f"{v:.0f}" for v in values]
-                                                + ratios + [verdict, ", ".join("-" if v is None else f"{v:.2f}" for v in per_verify)])
-                            + " |")
+        for row in rows_of_bar:
+            ratios = ["-"] * 3
+            if row["vs_best"] is not None:
+                ratios = [f"{row['vs_best']:.2f}", f"{row['vs_ndt']:.2f}" + ("" if not row["ndt_is_best"] else " (best)"),
+                          f"{row['vs_plain']:.2f}"]
+            per_verify = [row["committed"].get(static_label(4)), row["committed"][f"controller_ndt{ndt}"]]
+            rows.append("| " + " | ".join([str(row["batch"]), f"{row['acceptance']}"]
+                                           + ["-" if v is None else f"{v:.0f}" for v in row["tokens_per_s"].values()]
+                                           + ratios + [row["verdict"], ", ".join("-" if v is None else f"{v:.2f}" for v in per_verify)])
+                        + " |")
         parts.append("\n".join(rows))
     head = ["engine", "start s", "decode graphs: capture s", "memory GB (SGLang's log)", "estimate: graphs, logit GB",
             "switches logged"]
@@ -993,7 +1028,7 @@ def main(argv=None) -> int:
     p_resident.add_argument("label", type=engine_label)
     p_resident.add_argument("--out", required=True)
     p_resident.add_argument("--address", required=True)
-    p_tables = sub.add_parser("tables", help="print the README tables of a results file")
+    p_tables = sub.add_parser("tables", help="print the tables of a results file (results/HISTORY.md holds each run's)")
     p_tables.add_argument("results", type=Path)
     p_tables.add_argument("--with", dest="others", type=Path, action="append", default=[],
                           help="a results file whose engines the first lacks join the tables (first given first)")

@@ -625,7 +625,7 @@ def summarize(files, metric: str) -> str:
         cells = {(c["backend"], c["kind"], c["bs"], c["ctx"], c["width"]): c for c in r["cells"] if "error" not in c}
         for backend in BACKENDS:
             if not any(k[0] == backend and k[1] == "plugin" for k in cells):
-                continue  # (an --interleave run has its own cells: see benchmarks/README.md)
+                continue  # (an --interleave run has its own cells: see benchmarks/METHODS.md)
             lines += [f"\n**SGLang {r['release']}, {backend}** ({metric}, ms; a = plugin width k at ndt 16, "
                       f"b = native ndt k, c = width 16)\n",
                       "| bs | ctx | " + " | ".join(f"k={k}: a / b / a÷b" for k in WIDTHS) + " | c | "

@@ -18,12 +18,14 @@ from test_layers import PUBLIC
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
-PAGES = sorted([README, ROOT / "CHANGELOG.md", ROOT / "benchmarks" / "README.md", *ROOT.glob("tools/gpu/**/README.md"),
+BENCHMARKS = ROOT / "benchmarks" / "README.md"
+PAGES = sorted([README, ROOT / "CHANGELOG.md", *(ROOT / "benchmarks").rglob("*.md"), *ROOT.glob("tools/gpu/**/README.md"),
                 *(ROOT / "docs").rglob("*.md")])
 """Every Markdown page of the repository's documentation."""
 FOR_AUTHORS = [README, *sorted((ROOT / "docs" / "authors").rglob("*.md"))]
 """Pages a drafter author reads as the API's documentation."""
 README_LIMIT = 10 * 1024
+BENCHMARKS_LIMIT = 15 * 1024
 
 FENCE = re.compile(r"^(```|~~~).*?^\1[ \t]*$", re.M | re.S)
 INLINE_CODE = re.compile(r"`[^`\n]+`")
@@ -93,6 +95,16 @@ def test_the_readme_is_a_landing_page_that_starts_with_the_two_commands():
     commands = [line.split()[0] for line in rest.split("```", 1)[0].splitlines()]
     assert commands == ["examples/quickstart.sh", "tests/run.sh"]
     assert all(os.access(ROOT / command, os.X_OK) for command in commands)
+
+
+def test_the_benchmarks_readme_is_a_landing_page():
+    """benchmarks/README.md answers each question in a table of its current figures; the runs' history is in
+    benchmarks/results/HISTORY.md, how each benchmark measures in benchmarks/METHODS.md."""
+    text = BENCHMARKS.read_text()
+    assert len(text.encode()) <= BENCHMARKS_LIMIT, f"benchmarks/README.md is {len(text.encode())} bytes; history belongs beside the results"
+    assert {"what-a-smaller-verify-width-is-worth", "dflash_block-against-native-dflash", "plugins-against-plain-decoding-and-ngram",
+            "widths-by-acceptance-against-static-widths", "start-up-startuppy"} <= anchors(text)
+    assert "results/HISTORY.md" in set(links(BENCHMARKS)) and "METHODS.md" in set(links(BENCHMARKS))
 
 
 def _load_generator():

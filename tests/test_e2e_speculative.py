@@ -1,6 +1,6 @@
 """benchmarks/e2e_speculative.py without a GPU: every engine's plugins.toml is one the package accepts at
-its ndt, its graph estimate is check's, and its tables (the README's, from the committed H200 results once
-they exist) come from a results file with the bar judged cell by cell."""
+its ndt, its graph estimate is check's, and its tables (benchmarks/results/HISTORY.md's, from the committed H200
+results) come from a results file with the bar judged cell by cell."""
 
 import argparse
 import json
@@ -17,6 +17,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import e2e_speculative as e2e  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "e2e_speculative_h200.jsonl"
+HISTORY = ROOT / "benchmarks" / "results" / "HISTORY.md"
+"""Where each run's note and tables are (benchmarks/README.md reports the current runs: test_benchmark_tables)."""
 TOGETHER = {ROOT / "benchmarks" / "results" / name: rounds for name, rounds in (
     ("e2e_speculative_h200_together.jsonl", 3), ("e2e_speculative_h200_together_rerun.jsonl", 2),
     ("e2e_speculative_h200_rounds_ndt8.jsonl", 3), ("e2e_speculative_h200_rounds_ndt16.jsonl", 3),
@@ -26,9 +28,9 @@ TOGETHER = {ROOT / "benchmarks" / "results" / name: rounds for name, rounds in (
     ("e2e_speculative_h200_gapfix_ndt16.jsonl", 3), ("e2e_speculative_h200_gsize_ndt8.jsonl", 3),
     ("e2e_speculative_h200_sync_control.jsonl", 3), ("e2e_speculative_h200_builds.jsonl", 2))}
 """Each committed ``together`` run and the rounds its engines ran at least."""
-JOINED = [line.split() for line in (ROOT / "benchmarks" / "README.md").read_text().splitlines()
+JOINED = [line.split() for line in HISTORY.read_text().splitlines()
           if line.startswith("    python3 benchmarks/e2e_speculative.py tables ") and ("--with" in line or "--against" in line)]
-"""The README's commands printing tables of one call joined with engines of others, or against them."""
+"""The history's commands printing tables of one call joined with engines of others, or against them."""
 
 
 @pytest.mark.sglang  # the engines' plugins.toml enable the controlled_acceptance example, installed with SGLang's environment
@@ -171,35 +173,50 @@ def test_the_switch_table_compares_seconds_per_verify_step():
         e2e.BATCHES) * len(e2e.ACCEPTANCES)
 
 
-def test_the_committed_h200_results_are_the_readme_tables():
-    if not RESULTS.exists():
-        pytest.skip("no H200 results committed yet: the lead runs benchmarks/e2e_speculative.sh (benchmarks/README.md)")
+def test_the_committed_h200_results_are_the_history_s_tables():
     results = [json.loads(line) for line in RESULTS.read_text().splitlines() if line.strip()]
     assert all(r["device"] == "NVIDIA H200" for r in results if r.get("ok")), "results from another machine"
-    readme = (ROOT / "benchmarks" / "README.md").read_text()
+    history = HISTORY.read_text()
     for table in e2e.tables(results).split("\n\n"):
-        assert table in readme
+        assert table in history
 
 
 @pytest.mark.parametrize("path", TOGETHER, ids=lambda path: path.name)
-def test_the_committed_rounds_are_the_readme_tables(path):
+def test_the_committed_rounds_are_the_history_s_tables(path):
     results = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     assert all(r["device"] == "NVIDIA H200" for r in results if r.get("ok")), "results from another machine"
     assert all(len(r["rounds"]) >= TOGETHER[path] and r["cells"] == e2e.median_cells(r["rounds"])
                for r in results if r.get("ok"))
     if any(path.name in arg for command in JOINED for arg in command):
-        return  # its tables are a joined command's (test_the_readme_s_joined_tables_are_what_its_command_prints)
-    readme = (ROOT / "benchmarks" / "README.md").read_text()
+        return  # its tables are a joined command's (test_the_history_s_joined_tables_are_what_its_command_prints)
+    history = HISTORY.read_text()
     drafts = [e2e.draft_model_table(results)] if any(e2e.draft_model(r["label"]) for r in results) else []
     for table in e2e.tables(results).split("\n\n") + drafts:
-        assert table in readme
+        assert table in history
+
+
+def test_the_history_has_joined_tables_to_check():
+    assert len(JOINED) == 4
 
 
 @pytest.mark.parametrize("command", JOINED, ids=lambda command: command[3].split("/")[-1])
-def test_the_readme_s_joined_tables_are_what_its_command_prints(command):
+def test_the_history_s_joined_tables_are_what_its_command_prints(command):
     printed = subprocess.run([sys.executable, *command[1:]], cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    readme = (ROOT / "benchmarks" / "README.md").read_text()
-    assert "| bar |" in printed and printed.strip() in readme
+    assert "| bar |" in printed and printed.strip() in HISTORY.read_text()
+
+
+def test_which_engines_had_the_overlap_scheduler_on():
+    """A record says whether SGLang's overlap scheduler served it; the committed records, written before it did,
+    ran plain decoding overlapped and every other engine (``plain_sync`` and every speculative one) without."""
+    assert e2e.overlap_schedule({"label": "static4_ndt8", "overlap_schedule": True}) is True
+    assert e2e.overlap_schedule({"label": "plain", "overlap_schedule": False}) is False
+    seen = set()
+    for path in sorted((ROOT / "benchmarks" / "results").glob("e2e_speculative_h200*.jsonl")):
+        for record in e2e.read_results(path):
+            assert "overlap_schedule" not in record
+            assert e2e.overlap_schedule(record) is (record["label"] == "plain"), (path.name, record["label"])
+            seen.add(e2e.overlap_schedule(record))
+    assert seen == {True, False}
 
 
 def test_an_engine_that_failed_is_left_out_of_the_tables():
@@ -341,7 +358,7 @@ def test_trace_summary_counts_gpu_busy_time_and_the_host_s_waits(tmp_path):
 
 def test_the_closed_batch_model_and_its_committed_figures():
     """benchmarks/closed_batch.py: a step commits the bonus token and the run of kept drafts (all at alpha 1,
-    none at 0), a closed batch lasts as long as its slowest request, and the README's figures are its result's."""
+    none at 0), a closed batch lasts as long as its slowest request, and the history's figures are its result's."""
     import importlib.util
     import random
 
@@ -361,9 +378,9 @@ def test_the_closed_batch_model_and_its_committed_figures():
                              text=True, check=True).stdout
     assert json.loads(printed) == result  # seeded: the committed result is what the committed logs give
     cell = {(c["batch"], c["acceptance"]): c for c in result["cells"]}[(128, 0.9)]
-    readme = (ROOT / "benchmarks" / "README.md").read_text()
+    history = " ".join(HISTORY.read_text().split())
     assert (f"width 8's steady rate is {cell['by_fixed_share']['0.5']['steady_rate_8_over_4']:.3f}x width 4's"
-            in readme)
+            in history)
 
 
 def test_an_engine_of_another_build_finds_that_build_first(tmp_path, monkeypatch):
