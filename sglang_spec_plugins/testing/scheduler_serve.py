@@ -2,7 +2,8 @@
 
 ``python -m sglang_spec_plugins.testing.scheduler_serve [ALGORITHM] [--ndt N]
 [--max-new-tokens N[,N,N]] [--late-after K] [--model DIR] [--draft DIR]
-[--config PLUGINS_TOML] [--requests FILE] [--overlap] [--tokenizer] [--seed N]``
+[--config PLUGINS_TOML] [--requests FILE] [--overlap] [--tokenizer] [--seed N]
+[--worker module:Class] [--server-args JSON]``
 (``--max-new-tokens``: one for every request of :data:`PROMPTS`, or one per
 request in order: requests that finish at different steps make the batch
 shrink; ``--late-after K``: the last request is sent only once ``K`` verify
@@ -13,7 +14,9 @@ load; ``--requests``: a JSON file of request specs (:func:`request`) served
 instead of :data:`PROMPTS`; ``--overlap``: SGLang's overlap scheduler, as a
 server runs by default; ``--tokenizer``: the tiny Llama with a byte-level
 tokenizer, which grammars need (:func:`.scheduler_start.write_byte_tokenizer`);
-``--seed``: torch's seed, for sampled requests) makes the installed release's
+``--seed``: torch's seed, for sampled requests; ``--worker``: the algorithm's
+worker replaced by that class; ``--server-args``: server arguments added)
+makes the installed release's
 real ``Scheduler`` on the tiny random Llama of :mod:`.scheduler_start`
 (``ALGORITHM`` left out: no speculative decoding; ``DFLASH``: SGLang's own,
 with the CPU stand-ins of :mod:`.native_dflash`), float32 on SGLang's
@@ -34,7 +37,8 @@ token; ``token_ids_logprobs``), SGLang's own ``completion_tokens``,
 ``[batch size, tokens per request]`` of every TARGET_VERIFY ``ForwardBatch``
 the target's model runner ran, in order; the ``chosen_widths``, ``[batch
 size, width]`` of every answer the worker's
-:class:`~sglang_spec_plugins.worker.StepWidths` gave, in order; and the wall
+:class:`~sglang_spec_plugins.worker.StepWidths` gave, in order; the ``log``:
+every warning and error this package logged while serving; and the wall
 time; or the error. One process per run (see :mod:`.scheduler_start`):
 :func:`serve_in_a_process` runs one and reads its result.
 """
@@ -85,13 +89,15 @@ def greedy_requests(max_new_tokens: Union[int, Sequence[int]] = 20) -> List[Dict
 def serve(algorithm: Optional[str], ndt: int = 4, max_new_tokens: Union[int, Sequence[int]] = 20,
           late_after: Optional[int] = None, model: Optional[str] = None, draft: Optional[str] = None,
           config: Optional[str] = None, requests: Optional[Sequence[Dict[str, Any]]] = None, overlap: bool = False,
-          tokenizer: bool = False, seed: int = 0) -> Dict[str, Any]:
+          tokenizer: bool = False, seed: int = 0, worker: Optional[str] = None,
+          **server_args: Any) -> Dict[str, Any]:
     """Serve ``requests`` (:func:`request` specs; default :func:`greedy_requests` of
     ``max_new_tokens``), the last one sent after ``late_after`` verify steps,
     through the real scheduler, on the ``model`` and ``draft`` folders with the
     ``config`` plugins.toml where given, with SGLang's ``overlap`` scheduler or
-    without it, with a byte-level ``tokenizer`` (grammars need one); the result
-    described in the module doc."""
+    without it, with a byte-level ``tokenizer`` (grammars need one), the
+    algorithm's worker replaced by ``worker`` (``module:Class``) where given and
+    ``server_args`` added to the harness's; the result described in the module doc."""
     import torch
     import zmq
 
@@ -102,12 +108,14 @@ def serve(algorithm: Optional[str], ndt: int = 4, max_new_tokens: Union[int, Seq
     torch.manual_seed(seed)
     began = time.monotonic()
     try:
-        scheduler = make_scheduler(algorithm, ndt=ndt, before_init=lambda port_args: bind(port_args, sockets),
-                                   model=model, draft=draft, tokenizer=tokenizer, attention_backend="triton",
-                                   dtype="float32", disable_radix_cache=True, disable_overlap_schedule=not overlap)
+        scheduler = make_scheduler(algorithm, worker, ndt=ndt, before_init=lambda port_args: bind(port_args, sockets),
+                                   model=model, draft=draft, tokenizer=tokenizer, **{
+                                       "attention_backend": "triton", "dtype": "float32", "disable_radix_cache": True,
+                                       "disable_overlap_schedule": not overlap, **server_args})
     except Exception as exc:
         return {"served": False, "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()[-3000:]}
     started = time.monotonic()
+    logged = _record_log()
     verify_tokens: List[List[int]] = []
     verify_steps = _record_verify_steps(scheduler.tp_worker.model_runner, verify_tokens)
     chosen_widths, stop_recording = _record_chosen_widths()
@@ -136,7 +144,7 @@ def serve(algorithm: Optional[str], ndt: int = 4, max_new_tokens: Union[int, Seq
     finished = {rid: r for rid, r in results.items() if r.get("done")}
     return {"served": len(finished) == len(specs) and not failure, "error": failure[0] if failure else None,
             "requests": finished, "verify_steps": verify_steps, "verify_tokens": verify_tokens,
-            "chosen_widths": chosen_widths,
+            "chosen_widths": chosen_widths, "log": logged,
             "init_s": round(started - began, 1),
             "serve_s": round(time.monotonic() - started, 1)}
 
@@ -167,12 +175,13 @@ def serve_in_a_process(algorithm: Optional[str], config: Union[str, os.PathLike]
                        model: Optional[str] = None, draft: Optional[str] = None, python: str = sys.executable,
                        env: Optional[Dict[str, str]] = None, timeout: int = 900,
                        requests: Optional[Sequence[Dict[str, Any]]] = None, overlap: bool = False,
-                       tokenizer: bool = False, seed: int = 0) -> Dict[str, Any]:
+                       tokenizer: bool = False, seed: int = 0, worker: Optional[str] = None,
+                       server_args: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """:func:`serve` in a process of its own, ``python -m`` this module with the ``config``
     plugins.toml (one scheduler per process): its result. ``env``: the process's environment
     (default: this one's, ``PYTHONPATH`` this ``sys.path``); ``SGLANG_SPEC_PLUGINS`` is left out,
-    so the config says which plugins load. RuntimeError with the process's output where it printed
-    no result."""
+    so the config says which plugins load. ``server_args``: JSON-able server arguments added.
+    RuntimeError with the process's output where it printed no result."""
     import subprocess
 
     if env is None:
@@ -183,7 +192,9 @@ def serve_in_a_process(algorithm: Optional[str], config: Union[str, os.PathLike]
                "--max-new-tokens", ",".join(map(str, lengths)), "--config", str(config),
                *(["--late-after", str(late_after)] if late_after is not None else []),
                *(["--model", str(model)] if model else []), *(["--draft", str(draft)] if draft else []),
-               *(["--overlap"] if overlap else []), *(["--tokenizer"] if tokenizer else []), "--seed", str(seed)]
+               *(["--overlap"] if overlap else []), *(["--tokenizer"] if tokenizer else []), "--seed", str(seed),
+               *(["--worker", worker] if worker else []),
+               *(["--server-args", json.dumps(server_args)] if server_args else [])]
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as listed:
         json.dump(requests, listed)
     if requests is not None:
@@ -249,6 +260,21 @@ def _record_verify_steps(model_runner, tokens: Optional[List[List[int]]] = None)
     return steps
 
 
+def _record_log() -> List[str]:
+    """A list that gets every warning and error this package logs from now on (as formatted)."""
+    import logging
+
+    lines: List[str] = []
+
+    class Kept(logging.Handler):
+        def emit(self, record):
+            lines.append(f"{record.levelname} {record.getMessage()}")
+
+    handler = Kept(logging.WARNING)
+    logging.getLogger("sglang_spec_plugins").addHandler(handler)
+    return lines
+
+
 def _record_chosen_widths() -> Tuple[List[List[int]], Callable[[], None]]:
     """A list that gets ``[batch size, width]`` of every ``StepWidths.at`` answer until the returned
     function is called (it puts ``StepWidths.at`` back)."""
@@ -310,7 +336,8 @@ def main(argv: List[str]) -> int:
                    late_after=None if late_after is None else int(late_after), model=options.get("--model"),
                    draft=options.get("--draft"), config=options.get("--config"), requests=requests,
                    overlap="--overlap" in switches, tokenizer="--tokenizer" in switches,
-                   seed=int(options.get("--seed", 0)))
+                   seed=int(options.get("--seed", 0)), worker=options.get("--worker"),
+                   **json.loads(options.get("--server-args", "{}")))
     print(json.dumps(result), flush=True)
     sys.stdout.flush()
     os._exit(0)  # the scheduler's loop thread and sockets would keep the process alive
