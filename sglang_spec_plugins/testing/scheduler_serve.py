@@ -2,13 +2,14 @@
 
 ``python -m sglang_spec_plugins.testing.scheduler_serve [ALGORITHM] [--ndt N]
 [--max-new-tokens N[,N,N]] [--late-after K] [--model DIR] [--draft DIR]
-[--config PLUGINS_TOML]`` (``--max-new-tokens``: one for every request, or
+[--config PLUGINS_TOML] [--prompts FILE]`` (``--max-new-tokens``: one for every request, or
 one per request of :data:`PROMPTS` in order: requests that finish at
 different steps make the batch shrink; ``--late-after K``: the last request
 is sent only once ``K`` verify steps have run, so it joins a running batch;
 ``--model``/``--draft``: the target and ``--speculative-draft-model-path``
 folders, see :func:`.scheduler_start.make_scheduler`; ``--config``: the
-plugins.toml to load) makes the installed release's real ``Scheduler`` on the
+plugins.toml to load; ``--prompts``: the requests instead of :data:`PROMPTS`,
+a prompts file of ``tools/gpu/train`` (:func:`read_prompts`)) makes the installed release's real ``Scheduler`` on the
 tiny random Llama of :mod:`.scheduler_start` (``ALGORITHM`` left out: no
 speculative decoding; ``DFLASH``: SGLang's own, with the CPU stand-ins of
 :mod:`.native_dflash`), float32 on SGLang's ``triton`` attention backend (its
@@ -54,17 +55,26 @@ PROMPTS = {
 TIMEOUT_S = 600
 
 
+def read_prompts(path: Union[str, os.PathLike]) -> Dict[str, List[int]]:
+    """The requests of a prompts file of ``tools/gpu/train`` (``{"kinds": {KIND: [token ids, ...]}}``), named
+    ``KIND-i``, kind after kind."""
+    with open(path) as f:
+        kinds = json.load(f)["kinds"]
+    return {f"{kind}-{i}": list(ids) for kind, found in kinds.items() for i, ids in enumerate(found)}
+
+
 def serve(algorithm: Optional[str], ndt: int = 4, max_new_tokens: Union[int, Sequence[int]] = 20,
           late_after: Optional[int] = None, model: Optional[str] = None, draft: Optional[str] = None,
-          config: Optional[str] = None) -> Dict[str, Any]:
-    """Serve :data:`PROMPTS` (greedy, EOS ignored; ``max_new_tokens`` each, or
+          config: Optional[str] = None, prompts: Optional[Dict[str, List[int]]] = None) -> Dict[str, Any]:
+    """Serve ``prompts`` (default :data:`PROMPTS`; greedy, EOS ignored; ``max_new_tokens`` each, or
     one per request in order; the last one sent after ``late_after`` verify
     steps) through the real scheduler, on the ``model`` and ``draft`` folders
     with the ``config`` plugins.toml where given; the result described in the
     module doc."""
-    lengths = [max_new_tokens] * len(PROMPTS) if isinstance(max_new_tokens, int) else list(max_new_tokens)
-    if len(lengths) != len(PROMPTS):
-        raise ValueError(f"max_new_tokens: one for every request or {len(PROMPTS)}, got {max_new_tokens!r}")
+    prompts = PROMPTS if prompts is None else prompts
+    lengths = [max_new_tokens] * len(prompts) if isinstance(max_new_tokens, int) else list(max_new_tokens)
+    if len(lengths) != len(prompts):
+        raise ValueError(f"max_new_tokens: one for every request or {len(prompts)}, got {max_new_tokens!r}")
     import zmq
 
     sockets: Dict[str, Any] = {}
@@ -84,14 +94,14 @@ def serve(algorithm: Optional[str], ndt: int = 4, max_new_tokens: Union[int, Seq
 
     try:
         failure = run_event_loop(scheduler)
-        requests = [_request(rid, tokens, length) for (rid, tokens), length in zip(PROMPTS.items(), lengths)]
+        requests = [_request(rid, tokens, length) for (rid, tokens), length in zip(prompts.items(), lengths)]
         late = [requests.pop()] if late_after is not None else []
         for request in requests:
             sockets["to_scheduler"].send_pyobj(request)
         results: Dict[str, Dict[str, Any]] = {}
         poller = zmq.Poller()
         poller.register(sockets["from_scheduler"], zmq.POLLIN)
-        while len(results) < len(PROMPTS) and not failure and time.monotonic() - started < TIMEOUT_S:
+        while len(results) < len(prompts) and not failure and time.monotonic() - started < TIMEOUT_S:
             if late and len(verify_steps) >= late_after:
                 sockets["to_scheduler"].send_pyobj(late.pop())
             if not poller.poll(20 if late else 200):
@@ -110,7 +120,7 @@ def serve(algorithm: Optional[str], ndt: int = 4, max_new_tokens: Union[int, Seq
     finally:
         stop_recording()
     finished = {rid: r for rid, r in results.items() if r.get("done")}
-    return {"served": len(finished) == len(PROMPTS) and not failure, "error": failure[0] if failure else None,
+    return {"served": len(finished) == len(prompts) and not failure, "error": failure[0] if failure else None,
             "requests": finished, "verify_steps": verify_steps, "verify_tokens": verify_tokens,
             "chosen_widths": chosen_widths,
             "init_s": round(started - began, 1),
@@ -120,9 +130,10 @@ def serve(algorithm: Optional[str], ndt: int = 4, max_new_tokens: Union[int, Seq
 def serve_in_a_process(algorithm: Optional[str], config: Union[str, os.PathLike], ndt: int = 4,
                        max_new_tokens: Union[int, Sequence[int]] = 20, late_after: Optional[int] = None,
                        model: Optional[str] = None, draft: Optional[str] = None, python: str = sys.executable,
-                       env: Optional[Dict[str, str]] = None, timeout: int = 900) -> Dict[str, Any]:
+                       env: Optional[Dict[str, str]] = None, timeout: int = 900,
+                       prompts: Optional[Union[str, os.PathLike]] = None) -> Dict[str, Any]:
     """:func:`serve` in a process of its own, ``python -m`` this module with the ``config``
-    plugins.toml (one scheduler per process): its result. ``env``: the process's environment
+    plugins.toml (one scheduler per process; ``prompts``: a prompts file, :func:`read_prompts`): its result. ``env``: the process's environment
     (default: this one's, ``PYTHONPATH`` this ``sys.path``); ``SGLANG_SPEC_PLUGINS`` is left out,
     so the config says which plugins load. RuntimeError with the process's output where it printed
     no result."""
@@ -135,7 +146,8 @@ def serve_in_a_process(algorithm: Optional[str], config: Union[str, os.PathLike]
     command = [str(python), "-m", "sglang_spec_plugins.testing.scheduler_serve", *([algorithm] if algorithm else []), "--ndt", str(ndt),
                "--max-new-tokens", ",".join(map(str, lengths)), "--config", str(config),
                *(["--late-after", str(late_after)] if late_after is not None else []),
-               *(["--model", str(model)] if model else []), *(["--draft", str(draft)] if draft else [])]
+               *(["--model", str(model)] if model else []), *(["--draft", str(draft)] if draft else []),
+               *(["--prompts", str(prompts)] if prompts else [])]
     run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
     lines = [line for line in run.stdout.splitlines() if line.startswith("{")]
     if not lines:
@@ -235,7 +247,8 @@ def main(argv: List[str]) -> int:
     late_after = options.get("--late-after")
     result = serve(algorithm, ndt=int(options.get("--ndt", 4)), max_new_tokens=lengths[0] if len(lengths) == 1 else lengths,
                    late_after=None if late_after is None else int(late_after), model=options.get("--model"),
-                   draft=options.get("--draft"), config=options.get("--config"))
+                   draft=options.get("--draft"), config=options.get("--config"),
+                   prompts=read_prompts(options["--prompts"]) if "--prompts" in options else None)
     print(json.dumps(result), flush=True)
     sys.stdout.flush()
     os._exit(0)  # the scheduler's loop thread and sockets would keep the process alive
