@@ -222,3 +222,21 @@ def test_each_real_config_is_what_its_engine_claims():
         policy = policies[algorithm]
         policy.validate(ndt)
         assert policy.candidate_widths(ndt, False) == widths, name
+
+
+def test_train_trains_the_gpu_preset_while_warming_flashinfer(tmp_path):
+    """train.py (stood in for as the engines are: its record is the line labelled with its first flag) with the
+    gpu preset into the folders real serves, the committed record to compare with where there is one; two
+    untimed engines beside it on a machine that has not trained, none on one that has."""
+    target = tmp_path / "real-target"
+    _, records = _run_phase(tmp_path, "0.5.16", phase="train", REAL_TARGET=str(target), REAL_DRAFT=str(tmp_path / "d"))
+    trained = next(r for r in records if r["label"] == "--preset")
+    assert trained["argv"][:7] == ["--preset", "gpu", "--target", str(target), "--draft", str(tmp_path / "d"), "--out"]
+    committed = ENGINE.parent / "results" / "real" / "train.json"
+    assert ("--expect" in trained["argv"]) == committed.is_file() and "--force" not in trained["argv"]
+    assert sorted(r["label"] for r in records if r["label"].startswith("warm_")) == ["warm_dflash", "warm_plain"]
+    target.mkdir()
+    (target / "train.json").write_text("{}")
+    (tmp_path / "again").mkdir()
+    _, records = _run_phase(tmp_path / "again", "0.5.16", phase="train", REAL_TARGET=str(target), TRAIN_FORCE="1")
+    assert [r["label"] for r in records] == ["--preset"] and "--force" in records[0]["argv"]

@@ -62,7 +62,10 @@
 #         its files held out); nothing is trained where both folders hold the checkpoints their train.json hashed
 #         (a later call on the same machine); TRAIN_FORCE=1 trains again. $OUT/train.json (loss curve, held-out
 #         perplexity, the draft's acceptance on held-out text, timings, hashes; against results/real/train.json
-#         where committed: matches_recorded) and $OUT/prompts.json; ~4-6 min, bounded by TRAIN_TIMEOUT (480 s)
+#         where committed: matches_recorded) and $OUT/prompts.json; ~4-6 min, bounded by TRAIN_TIMEOUT (480 s).
+#         Meanwhile, on a machine that has not trained yet (TRAIN_WARM=0: not), two untimed engines on the tiny
+#         Llama (warm_plain: sampled requests; warm_dflash: native DFLASH) compile flashinfer's JIT kernels (~300 s
+#         on a fresh machine) for real
 # real    every drafter on the trained target (run train first, in the same call or an earlier one on this
 #         machine): flashinfer, CUDA graphs, batches 1, 8, 32, 64 (batch 1: four requests one after another),
 #         --max-running-requests 64 for every engine, the held-out prompts of prompts.json (completion: a file's
@@ -249,9 +252,15 @@ train_run() {
   local expect=$H/../results/real/train.json args=""
   [ -f $expect ] && args="--expect $expect"
   [ -n "${TRAIN_FORCE:-}" ] && args="$args --force"
+  # flashinfer's JIT kernels compiled while the GPU trains, on a machine that has not trained yet: real starts warm
+  if [ "${TRAIN_WARM:-1}" = 1 ] && [ ! -f $REAL_T/train.json ]; then
+    engine 0 warm_plain -- --backend flashinfer --batches 1 --new-tokens 8 --sampling sampled &
+    engine 0 warm_dflash -- --backend flashinfer --batches 1 --new-tokens 8 --spec DFLASH --ndt 4 --draft /tmp/draft-dummy &
+  fi
   (cd /tmp && timeout -k 10 ${TRAIN_TIMEOUT:-480} python3 $H/../train/train.py --preset gpu --target $REAL_T --draft $REAL_D \
      --out "$OUT/train.json" $args > $LOGS/train.log 2>&1)
   tl "train rc=$?"; grep -E '^(TRAIN|against)' $LOGS/train.log
+  wait
 }
 real_runs() {
   local p=rl plug="--overlap off"

@@ -62,10 +62,12 @@ def rotary(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tens
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optional[torch.Tensor], causal: bool) -> torch.Tensor:
     """Attention of ``q`` [batch, tokens, heads, d] over ``k``/``v`` [batch, keys, kv_heads, d] (key/value head
     ``i // group`` serves query head ``i``); ``mask`` [batch, tokens, keys] (True: may attend) or ``causal``."""
-    group = q.shape[2] // k.shape[2]
-    q, k, v = (t.transpose(1, 2) for t in (q, k, v))
-    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=None if mask is None else mask[:, None], is_causal=causal)
+    def widen(t):  # each key/value head once per query head it serves (expand, not repeat_interleave: no CUDA cumsum)
+        b, n, kv, d = t.shape
+        return t[:, :, :, None, :].expand(b, n, kv, q.shape[2] // kv, d).reshape(b, n, q.shape[2], d).transpose(1, 2)
+
+    out = F.scaled_dot_product_attention(q.transpose(1, 2), widen(k), widen(v),
+                                         attn_mask=None if mask is None else mask[:, None], is_causal=causal)
     return out.transpose(1, 2).flatten(2)
 
 
@@ -199,7 +201,7 @@ def block_mask(anchors: torch.Tensor, block: int, context: int) -> torch.Tensor:
     batch, count = anchors.shape
     n = count * block
     which = torch.arange(n, device=anchors.device) // block  # the anchor of each block token
-    root = anchors.repeat_interleave(block, dim=1)  # [batch, n]
+    root = anchors[:, :, None].expand(batch, count, block).reshape(batch, n)
     before = torch.arange(context, device=anchors.device)[None, None, :] < root[:, :, None]
     same = (which[:, None] == which[None, :]).expand(batch, n, n)
     return torch.cat([before, same], -1)

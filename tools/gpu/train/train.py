@@ -5,7 +5,8 @@ usage: python3 train.py --preset gpu|cpu|tiny --target DIR --draft DIR --out REC
                         [--device cuda|cpu] [--expect RECORDED.json] [--force]
 
 * ``gpu``: the H100/H200 run (issue 46): a byte-level BPE of 4,096 tokens, a 6-layer Llama of hidden size 768
-  (44 M parameters) trained for a fixed 1,500 steps of 64 x 512 tokens (49 M tokens, ~5 epochs of the train
+  (43 M parameters; 12 query heads over 3 key/value heads of 64, Llama-3's group of 4, so SGLang's flashinfer
+  backend decodes it with the kernels it uses for Llama-3 and for the tiny Llama of the engine checks) trained for a fixed 1,500 steps of 64 x 512 tokens (49 M tokens, ~5 epochs of the train
   split), then a 2-layer DFlash draft, blocks of 16, for 2,000 steps of 32 windows x 32 blocks;
 * ``cpu``: the small model the CPU tests serve through SGLang's scheduler (trained here in under a minute; its
   checkpoints are committed under ``tests/data/trained_tiny``): 512 tokens, 3 layers of 128, a 1-layer draft,
@@ -46,7 +47,7 @@ from typing import Dict, List, Optional
 HERE = Path(__file__).resolve().parent
 SEED = 46
 PRESETS = {
-    "gpu": dict(vocab=4096, hidden=768, layers=6, heads=12, kv_heads=4, head_dim=64, intermediate=2048, seq=512,
+    "gpu": dict(vocab=4096, hidden=768, layers=6, heads=12, kv_heads=3, head_dim=64, intermediate=2048, seq=512,
                 batch=64, steps=1500, lr=1e-3, warmup=100, draft_layers=2, block=16, target_layer_ids=[1, 2, 4],
                 draft_batch=32, anchors=32, draft_steps=2000, draft_lr=1e-3, log_every=50, fraction=1.0,
                 eval_windows=1024, accept_windows=256, autocast=True, max_positions=2048, threads=None,
@@ -65,7 +66,9 @@ PRESETS = {
 """``threads``: torch's CPU threads (None: its default); one on the CPU presets, where two threads on a shared
 2-core machine ran a step 10 times slower than one. The ``gpu`` step counts are fixed, not timed: at 100 TFLOP/s (a conservative eighth of an H100's bf16 peak for
 a model this small, in eager PyTorch) the target's 1,500 steps (~8.6 TFLOP each: 6 x 41 M x 32,768 tokens, and
-attention) take ~130 s and the draft's 2,000 (~3 TFLOP each) ~60 s; the record has the throughput reached."""
+attention) take ~130 s and the draft's 2,000 (~3 TFLOP each) ~60 s; the record has the throughput reached.
+The ``cpu`` preset took 417 s on this project's shared 2-core machine (1,200 and 800 steps; its weights are
+committed, so the tests never train it)."""
 DECAY = 7.0 / 16
 """The draft's loss weight at block place ``j`` is ``exp(-(j - 1) / (DECAY * block))`` (DFlash's decay, gamma 7 at
 blocks of 16): an early place decides more accepted tokens than a late one."""
