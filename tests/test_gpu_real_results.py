@@ -138,6 +138,7 @@ def test_the_markdown_tables(results):
     assert row.split(" | ")[1:4] == ["off", "1960, 1.96x, 8.0 (2.4%)", "1960, 1.96x, 8.0 (0.0%)"]
     assert row.endswith(f"| {(4 + 8 + 32 + 64) - 4}/108 |")
     assert "| DFLASH_BLOCK / native DFLASH | 64 | edit | 0.98 | yes |" in text
+    assert "| rl_block_cg | rl_native_cg | 64 | edit | 63/64 | 64/64 | 8.0 (8.0) |" in text
 
 
 def test_the_block_drafter_against_native_and_below_the_block(results):

@@ -242,8 +242,8 @@ def real_bars(records: Dict[str, dict], prefix: str) -> List[dict]:
 
 
 def real_markdown(records: Dict[str, dict], prefix: str) -> str:
-    """:func:`real_cells` as one table per prompt kind (a cell: tok/s, x plain, tokens per verify step), and
-    :func:`real_bars`."""
+    """:func:`real_cells` as one table per prompt kind (a cell: tok/s, x plain, tokens per verify step), the
+    DFLASH_BLOCK engines against native DFLASH and the full block (:func:`against_native`), and :func:`real_bars`."""
     rows = real_cells(records, prefix)
     batches = sorted({r["batch"] for r in rows})
     lines = []
@@ -266,6 +266,13 @@ def real_markdown(records: Dict[str, dict], prefix: str) -> str:
             overlap = next(iter(mine.values()))["overlap"]
             lines.append(f"| {name} | {'on' if overlap else 'off' if overlap is not None else '-'} | "
                          + " | ".join(cells) + f" | {identical} |")
+        lines.append("")
+    native = [n for n in against_native(records) if n["engine"].startswith(f"{prefix}_")]
+    if native:
+        lines += ["| engine | against | batch | prompts | same outputs | same verify steps | tokens / verify step (theirs) |",
+                  "|---|---|---|---|---|---|---|"]
+        lines += [f"| {n['engine']} | {n['against']} | {n['batch']} | {n['prompts']} | {n['same_outputs']}/{n['requests']} | "
+                  f"{n['same_verify_steps']}/{n['requests']} | {n['committed_per_step']} ({n['theirs']}) |" for n in native]
         lines.append("")
     bars = real_bars(records, prefix)
     if bars:

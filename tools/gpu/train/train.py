@@ -6,11 +6,12 @@ usage: python3 train.py --preset gpu|cpu|tiny --target DIR --draft DIR --out REC
 
 * ``gpu``: the H100/H200 run (issue 46): a byte-level BPE of 4,096 tokens, a 6-layer Llama of hidden size 768
   (43 M parameters; 12 query heads over 3 key/value heads of 64, Llama-3's group of 4, so SGLang's flashinfer
-  backend decodes it with the kernels it uses for Llama-3 and for the tiny Llama of the engine checks) trained for a fixed 1,500 steps of 64 x 512 tokens (49 M tokens, ~5 epochs of the train
-  split), then a 2-layer DFlash draft, blocks of 16, for 2,000 steps of 32 windows x 32 blocks;
-* ``cpu``: the small model the CPU tests serve through SGLang's scheduler (trained here in under a minute; its
-  checkpoints are committed under ``tests/data/trained_tiny``): 512 tokens, 3 layers of 128, a 1-layer draft,
-  blocks of 4;
+  backend decodes it with the kernels it uses for Llama-3 and for the tiny Llama of the engine checks) trained
+  for a fixed 1,500 steps of 64 x 512 tokens (49 M tokens, ~5 epochs of the train split), then a 2-layer DFlash
+  draft, blocks of 16 (DFlash's default), for 2,000 steps of 32 windows x 32 blocks;
+* ``cpu``: the small model the CPU tests serve through SGLang's scheduler (its checkpoints, 1.5 MB, are
+  committed under ``tests/data/trained_tiny``, so no test trains it): 512 tokens, 3 layers of 128, a 1-layer
+  draft, blocks of 4;
 * ``tiny``: the same code in seconds (the test of this script).
 
 Deterministic: every random draw comes from generators seeded by ``SEED`` (initial weights and batches drawn on
