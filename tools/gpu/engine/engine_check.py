@@ -247,8 +247,9 @@ def arguments() -> argparse.ArgumentParser:
     parser.add_argument("--timing", action="store_true")
     parser.add_argument("--rounds", type=int, default=1, help="timed rounds (each: every batch size and kind once)")
     parser.add_argument("--sampled", action="store_true", help="also send a temperature-0.8 request")
-    parser.add_argument("--prompts", help="a prompts file ({\"kinds\": {KIND: [token ids, ...]}}) instead of generated prompts")
-    parser.add_argument("--min-requests", type=int, default=1, help="with --prompts: batches sent per cell until this many ran")
+    parser.add_argument("--prompts", help='a prompts file ({"kinds": {KIND: [token ids, ...]}}) instead of generated ones')
+    parser.add_argument("--min-requests", type=int, default=1,
+                        help="with --prompts: batches sent per cell until this many requests ran")
     parser.add_argument("--overlap", choices=["auto", "on", "off"], default="auto",
                         help="SGLang's overlap scheduler: auto = off with --spec, SGLang's default without")
     parser.add_argument("--sampling", choices=["greedy", "sampled"], default="greedy")

@@ -62,7 +62,7 @@
 #         its files held out); nothing is trained where both folders hold the checkpoints their train.json hashed
 #         (a later call on the same machine); TRAIN_FORCE=1 trains again. $OUT/train.json (loss curve, held-out
 #         perplexity, the draft's acceptance on held-out text, timings, hashes; against results/real/train.json
-#         where committed: matches_recorded) and $OUT/prompts.json; ~4-6 min, bounded by TRAIN_TIMEOUT (480 s).
+#         where committed: matches_recorded) and $OUT/prompts.json; ~4-6 min, bounded by TRAIN_TIMEOUT (420 s).
 #         Meanwhile, on a machine that has not trained yet (TRAIN_WARM=0: not), two untimed engines on the tiny
 #         Llama (warm_plain: sampled requests; warm_dflash: native DFLASH) compile flashinfer's JIT kernels (~300 s
 #         on a fresh machine) for real
@@ -257,7 +257,7 @@ train_run() {
     engine 0 warm_plain -- --backend flashinfer --batches 1 --new-tokens 8 --sampling sampled &
     engine 0 warm_dflash -- --backend flashinfer --batches 1 --new-tokens 8 --spec DFLASH --ndt 4 --draft /tmp/draft-dummy &
   fi
-  (cd /tmp && timeout -k 10 ${TRAIN_TIMEOUT:-480} python3 $H/../train/train.py --preset gpu --target $REAL_T --draft $REAL_D \
+  (cd /tmp && timeout -k 10 ${TRAIN_TIMEOUT:-420} python3 $H/../train/train.py --preset gpu --target $REAL_T --draft $REAL_D \
      --out "$OUT/train.json" $args > $LOGS/train.log 2>&1)
   tl "train rc=$?"; grep -E '^(TRAIN|against)' $LOGS/train.log
   wait

@@ -153,7 +153,8 @@ def prompts(tokenizer, held_out: Dict[str, str], count: int, completion_tokens: 
         if head is not None:
             found["completion"].append(tokenizer.encode(head).ids)
             sources["completion"].append(path)
-        body, restart = _lines_up_to(tokenizer, text, edit_file_tokens), _lines_up_to(tokenizer, text, edit_restart_tokens)
+        body = _lines_up_to(tokenizer, text, edit_file_tokens)
+        restart = _lines_up_to(tokenizer, text, edit_restart_tokens)
         if body is not None and restart is not None:
             found["edit"].append(tokenizer.encode(body + EDIT_MARKER + restart).ids)
             sources["edit"].append(path)

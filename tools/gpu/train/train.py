@@ -65,9 +65,10 @@ PRESETS = {
                  prompts=dict(count=2, completion_tokens=24, edit_file_tokens=32, edit_restart_tokens=8)),
 }
 """``threads``: torch's CPU threads (None: its default); one on the CPU presets, where two threads on a shared
-2-core machine ran a step 10 times slower than one. The ``gpu`` step counts are fixed, not timed: at 100 TFLOP/s (a conservative eighth of an H100's bf16 peak for
-a model this small, in eager PyTorch) the target's 1,500 steps (~8.6 TFLOP each: 6 x 41 M x 32,768 tokens, and
-attention) take ~130 s and the draft's 2,000 (~3 TFLOP each) ~60 s; the record has the throughput reached.
+2-core machine ran a step 10 times slower than one. The ``gpu`` step counts are fixed, not timed: at 100 TFLOP/s
+(a conservative eighth of an H100's bf16 peak for a model this small, in eager PyTorch) the target's 1,500 steps
+(~8.6 TFLOP each: 6 x 40 M x 32,768 tokens, and attention) take ~130 s and the draft's 2,000 (~3 TFLOP each)
+~60 s; the record has the throughput reached.
 The ``cpu`` preset took 417 s on this project's shared 2-core machine (1,200 and 800 steps; its weights are
 committed, so the tests never train it)."""
 DECAY = 7.0 / 16
@@ -281,7 +282,8 @@ class Run:
     def draft_config(self) -> dict:
         p = self.p
         return {**target_config(p), "architectures": ["DFlashDraftModel"], "num_hidden_layers": p["draft_layers"],
-                "dflash_config": {"block_size": p["block"], "target_layer_ids": p["target_layer_ids"], "mask_token_id": 1}}
+                "dflash_config": {"block_size": p["block"], "target_layer_ids": p["target_layer_ids"],
+                                  "mask_token_id": 1}}
 
     def draft_hidden(self, draft, ids, anchors, features):
         from models import block_mask, draft_blocks
@@ -405,7 +407,8 @@ class Run:
         (target_dir / "prompts.json").write_text(json.dumps(self.prompts) + "\n")
         config = self.draft.config
         draft_checkpoints().dflash_draft(
-            draft_dir, self.config, block_size=self.p["block"], mask_token_id=1, target_layer_ids=self.p["target_layer_ids"],
+            draft_dir, self.config, block_size=self.p["block"], mask_token_id=1,
+            target_layer_ids=self.p["target_layer_ids"],
             num_layers=self.p["draft_layers"], weights=state_dict_bf16(self.draft), mask_token=corpus.MASK,
             rope_theta=config["rope_theta"])
         return hashes(target_dir, draft_dir)
@@ -484,7 +487,8 @@ def main(argv: Optional[List[str]] = None) -> dict:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=1) + "\n")
     shutil.copyfile(args.target / "prompts.json", args.out.parent / "prompts.json")
-    summary = {"held_out": record["target"]["held_out"], "tokens_per_step": record["draft"]["acceptance"]["all"]["tokens_per_step"],
+    summary = {"held_out": record["target"]["held_out"],
+               "tokens_per_step": record["draft"]["acceptance"]["all"]["tokens_per_step"],
                "timings": record["timings"], "rebuilt": record["rebuilt"]}
     print("TRAIN", json.dumps(summary), flush=True)
     return record
