@@ -77,7 +77,7 @@ blocks of 16): an early place decides more accepted tokens than a late one."""
 ACCEPT_WIDTHS = (2, 4, 8, 16)
 
 
-def deterministic(device: str) -> None:
+def deterministic() -> None:
     """What makes the run repeat bit for bit on one kind of machine (module doc); before CUDA starts."""
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     import torch
@@ -463,7 +463,7 @@ def main(argv: Optional[List[str]] = None) -> dict:
         print(f"present: {args.target} and {args.draft} hold the recorded checkpoints; nothing trained", flush=True)
         record["rebuilt"] = False
     else:
-        deterministic(device)
+        deterministic()
         run = Run(args.preset, device)
         record = {"preset": args.preset, "settings": PRESETS[args.preset], "seed": SEED, "versions": versions(device)}
         record["tokenizer"] = run.data()
