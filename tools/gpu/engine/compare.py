@@ -198,7 +198,7 @@ def _timed(record: dict) -> Dict[tuple, dict]:
 def real_cells(records: Dict[str, dict], prefix: str) -> List[dict]:
     """One row per engine of ``run.sh real`` with ``prefix``, batch size and prompt kind: the median round's
     tokens per second, its ratio to plain decoding's, the rounds' spread ((fastest - slowest) / median), tokens
-    per verify step, requests identical to plain decoding, and the mode the engine ran in."""
+    per verify step, requests identical to plain decoding (greedy engines only), and the mode the engine ran in."""
     base = records.get(f"{prefix}_base_cg", {})
     plain_t, plain_runs = _timed(base), {(r["batch"], r["prompts"]): r for r in base.get("runs", [])}
     rows = []
@@ -210,7 +210,7 @@ def real_cells(records: Dict[str, dict], prefix: str) -> List[dict]:
         for cell, t in _timed(record).items():
             ref, run = plain_t.get(cell), runs.get(cell)
             same = None
-            if run is not None and cell in plain_runs:
+            if run is not None and cell in plain_runs and record.get("sampling", "greedy") == "greedy":
                 same = sum(a == b for a, b in zip(run["output_ids"], plain_runs[cell]["output_ids"]))
             rounds = t.get("rounds", [t["tokens_per_s"]])
             rows.append({"engine": name, "batch": cell[0], "prompts": cell[1], "tokens_per_s": t["tokens_per_s"],
