@@ -1,7 +1,8 @@
 """tools/gpu/engine/run.sh and site.sh without a GPU: the release choice (SGLANG_RELEASE) picks the same folder in
-both, and run.sh's triton_widths phase, run with engine_check.py stood in for (it records its command line and
-configuration instead of starting SGLang), starts the engines it says: on triton, each speculative engine beside
-the plain one compare.py compares it with, each plugins.toml one the package accepts at its ndt."""
+both, and run.sh's triton_widths and real phases, run with engine_check.py stood in for (it records its command
+line and configuration instead of starting SGLang), start the engines they say: on triton, each speculative engine
+beside the plain one compare.py compares it with, each plugins.toml one the package accepts at its ndt; on the
+trained model, every drafter of issue 46 in the mode and at the width it says."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ label = sys.argv[2]
 with open(os.path.join(os.environ["OUT"], "engines.jsonl"), "a") as f:
     f.write(json.dumps({"label": label, "argv": sys.argv[2:], "ok": True,
                         "plugins_config": os.environ.get("SGLANG_SPEC_PLUGINS_CONFIG"),
+                        "sglang_plugins": os.environ.get("SGLANG_PLUGINS"),
                         "triton_f32": os.environ.get("TRITON_F32_DEFAULT")}) + "\\n")
 """
 
@@ -150,3 +152,91 @@ def test_triton_margins_asks_about_prompt_lookup_s_triton_divergences(tmp_path):
 def test_triton_margins_is_skipped_on_0_5_16(tmp_path):
     timeline, records = _run_phase(tmp_path, "0.5.16", phase="triton_margins")
     assert records == [] and "SKIP triton_margins" in timeline
+
+
+REAL = {"base": (None, None), "sync": (None, None), "ngram": ("NGRAM", None), "pl_w2": ("PROMPT_LOOKUP", "plugins_real_pl_w2.toml"),
+        "pl_w4": ("PROMPT_LOOKUP", "plugins_real_pl_w4.toml"), "pl_w8": ("PROMPT_LOOKUP", "plugins_at.toml"),
+        "pl_batch": ("PROMPT_LOOKUP", "plugins_real_pl_batch.toml"), "pl_acc": ("PROMPT_LOOKUP", "plugins_real_pl_acc.toml"),
+        "native": ("DFLASH", None), "block": ("DFLASH_BLOCK", "plugins_draft.toml"),
+        "part_w4": ("DFLASH_BLOCK", "plugins_draft_w4.toml"), "part_w8": ("DFLASH_BLOCK", "plugins_draft_w8.toml")}
+"""run.sh real's engines: the algorithm and plugins.toml of each (SGLang's own engines load no plugin)."""
+
+
+def _trained(tmp_path) -> Path:
+    target = tmp_path / "real-target"
+    target.mkdir()
+    (target / "model.safetensors").write_bytes(b"")
+    (target / "prompts.json").write_text(json.dumps({"kinds": {"completion": [[5, 6]], "edit": [[7, 8]]}}))
+    return target
+
+
+@pytest.mark.parametrize("mode", ["greedy", "overlap", "sampled"])
+def test_real_serves_every_drafter_on_the_trained_model_one_at_a_time(tmp_path, mode):
+    env = {"greedy": {}, "overlap": {"REAL_OVERLAP": "1"}, "sampled": {"REAL_SAMPLED": "1"}}[mode]
+    prefix = {"greedy": "rl", "overlap": "rlo", "sampled": "rs"}[mode]
+    target = _trained(tmp_path)
+    timeline, records = _run_phase(tmp_path, "0.5.16", phase="real", REAL_TARGET=str(target),
+                                   REAL_DRAFT=str(tmp_path / "draft"), **env)
+    assert [r["label"] for r in records] == [f"{prefix}_{name}_cg" for name in REAL]  # in REAL's order
+    assert all(len(group) == 1 for group in _starts_in_groups(timeline))  # one engine at a time
+    for record in records:
+        name = record["label"][len(prefix) + 1:-3]
+        args = engine_check.arguments().parse_args(record["argv"])
+        spec, config = REAL[name]
+        assert (args.spec, Path(record["plugins_config"]).name if record["plugins_config"] else None) == (spec, config)
+        assert compare.baseline_of(record["label"]) == (None if name == "base" else f"{prefix}_base_cg")
+        assert (args.backend, args.cuda_graph, args.model, args.prompts, args.batches, args.max_running) == \
+            ("flashinfer", True, str(target), str(target / "prompts.json"), [1, 8, 32, 64], 64)
+        assert args.timing and args.rounds == 3 and args.new_tokens == 128 and args.min_requests == 4
+        assert args.sampling == ("sampled" if mode == "sampled" else "greedy")
+        plugin = config is not None
+        assert record["sglang_plugins"] == (None if plugin else "none-selected")  # SGLang's own: no plugin loaded
+        assert args.overlap == ("off" if name == "sync" or (plugin and mode != "overlap") else "on"), name
+        if spec in ("DFLASH", "DFLASH_BLOCK"):
+            assert (args.ndt, args.draft) == (16, str(tmp_path / "draft"))
+        elif spec:
+            assert args.ndt == 8
+
+
+def test_real_runs_the_engines_named_and_nothing_without_a_trained_model(tmp_path):
+    target = _trained(tmp_path)
+    _, records = _run_phase(tmp_path, "0.5.16", phase="real", REAL_TARGET=str(target), REAL_ENGINES="native block")
+    assert [r["label"] for r in records] == ["rl_native_cg", "rl_block_cg"]
+    (target / "model.safetensors").unlink()
+    (tmp_path / "again").mkdir()
+    timeline, records = _run_phase(tmp_path / "again", "0.5.16", phase="real", REAL_TARGET=str(target))
+    assert records == [] and "SKIP real: no trained target" in timeline
+
+
+@pytest.mark.sglang  # the plugins.toml files enable the example drafters
+def test_each_real_config_is_what_its_engine_claims():
+    from sglang_spec_plugins.plugins import discover_configured
+    from sglang_spec_plugins.policy import build_policies
+
+    for name, algorithm, ndt, widths in (("plugins_real_pl_w2.toml", "PROMPT_LOOKUP", 8, (2,)),
+                                          ("plugins_real_pl_w4.toml", "PROMPT_LOOKUP", 8, (4,)),
+                                          ("plugins_at.toml", "PROMPT_LOOKUP", 8, (8,)),
+                                          ("plugins_real_pl_batch.toml", "PROMPT_LOOKUP", 8, (2, 4, 8)),
+                                          ("plugins_real_pl_acc.toml", "PROMPT_LOOKUP", 8, (1, 2, 4, 8))):
+        _, policies = build_policies(discover_configured(ENGINE / name), tolerate=False)
+        policy = policies[algorithm]
+        policy.validate(ndt)
+        assert policy.candidate_widths(ndt, False) == widths, name
+
+
+def test_train_trains_the_gpu_preset_while_warming_flashinfer(tmp_path):
+    """train.py (stood in for as the engines are: its record is the line labelled with its first flag) with the
+    gpu preset into the folders real serves, the committed record to compare with where there is one; two
+    untimed engines beside it on a machine that has not trained, none on one that has."""
+    target = tmp_path / "real-target"
+    _, records = _run_phase(tmp_path, "0.5.16", phase="train", REAL_TARGET=str(target), REAL_DRAFT=str(tmp_path / "d"))
+    trained = next(r for r in records if r["label"] == "--preset")
+    assert trained["argv"][:7] == ["--preset", "gpu", "--target", str(target), "--draft", str(tmp_path / "d"), "--out"]
+    committed = ENGINE.parent / "results" / "real" / "train.json"
+    assert ("--expect" in trained["argv"]) == committed.is_file() and "--force" not in trained["argv"]
+    assert sorted(r["label"] for r in records if r["label"].startswith("warm_")) == ["warm_dflash", "warm_plain"]
+    target.mkdir()
+    (target / "train.json").write_text("{}")
+    (tmp_path / "again").mkdir()
+    _, records = _run_phase(tmp_path / "again", "0.5.16", phase="train", REAL_TARGET=str(target), TRAIN_FORCE="1")
+    assert [r["label"] for r in records] == ["--preset"] and "--force" in records[0]["argv"]

@@ -23,12 +23,14 @@ DRAFT_ARCHITECTURE = "DFlashDraftModel"
 
 def dflash_draft(folder: Path, target: Mapping, *, block_size: int, mask_token_id: int,
                  target_layer_ids: Sequence[int], num_layers: int = 1, weights: Optional[Mapping] = None,
-                 **overrides) -> Path:
+                 mask_token: Optional[str] = None, **overrides) -> Path:
     """Write a DFlash-layout draft for ``target`` (its config.json as a dict) in
     ``folder``: the target's hidden size, heads, head dim and vocabulary,
     ``num_layers`` layers, and ``dflash_config`` with ``block_size``,
-    ``target_layer_ids`` and ``mask_token_id``; ``weights`` (name -> tensor)
-    go to ``model.safetensors``. ``overrides`` replace config keys."""
+    ``target_layer_ids``, ``mask_token_id`` and, where given, ``mask_token`` (the
+    token's text in the target's tokenizer, which SGLang checks against the id
+    when it loads a tokenizer); ``weights`` (name -> tensor) go to
+    ``model.safetensors``. ``overrides`` replace config keys."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     heads = target["num_attention_heads"]
@@ -43,6 +45,8 @@ def dflash_draft(folder: Path, target: Mapping, *, block_size: int, mask_token_i
         "dflash_config": {"block_size": block_size, "target_layer_ids": list(target_layer_ids),
                           "mask_token_id": mask_token_id},
     }
+    if mask_token is not None:
+        config["dflash_config"]["mask_token"] = mask_token
     config.update(overrides)
     (folder / "config.json").write_text(json.dumps(config, indent=1))
     if weights is not None:

@@ -3,7 +3,7 @@
 ``python -m sglang_spec_plugins.testing.scheduler_serve [ALGORITHM] [--ndt N]
 [--max-new-tokens N[,N,N]] [--late-after K] [--model DIR] [--draft DIR]
 [--config PLUGINS_TOML] [--requests FILE] [--overlap] [--tokenizer] [--seed N]
-[--worker module:Class] [--server-args JSON]``
+[--worker module:Class] [--server-args JSON] [--prompts FILE]``
 (``--max-new-tokens``: one for every request of :data:`PROMPTS`, or one per
 request in order: requests that finish at different steps make the batch
 shrink; ``--late-after K``: the last request is sent only once ``K`` verify
@@ -15,7 +15,8 @@ instead of :data:`PROMPTS`; ``--overlap``: SGLang's overlap scheduler, as a
 server runs by default; ``--tokenizer``: the tiny Llama with a byte-level
 tokenizer, which grammars need (:func:`.scheduler_start.write_byte_tokenizer`);
 ``--seed``: torch's seed, for sampled requests; ``--worker``: the algorithm's
-worker replaced by that class; ``--server-args``: server arguments added)
+worker replaced by that class; ``--server-args``: server arguments added; ``--prompts``: the greedy
+requests of a prompts file of ``tools/gpu/train``, :func:`read_prompts`)
 makes the installed release's
 real ``Scheduler`` on the tiny random Llama of :mod:`.scheduler_start`
 (``ALGORITHM`` left out: no speculative decoding; ``DFLASH``: SGLang's own,
@@ -67,6 +68,13 @@ PROMPTS = {
 """Token ids (vocabulary 256). ``repetitive`` repeats a 5-token phrase."""
 
 TIMEOUT_S = 600
+
+
+def read_prompts(path: Union[str, os.PathLike], max_new_tokens: int = 20) -> List[Dict[str, Any]]:
+    """Greedy requests (:func:`request`) of a prompts file of ``tools/gpu/train``
+    (``{"kinds": {KIND: [token ids, ...]}}``), named ``KIND-i``, kind after kind."""
+    kinds = json.loads(Path(path).read_text())["kinds"]
+    return [request(f"{kind}-{i}", ids, max_new_tokens) for kind, found in kinds.items() for i, ids in enumerate(found)]
 
 
 def request(rid: str, input_ids: Sequence[int], max_new_tokens: int = 20, **options: Any) -> Dict[str, Any]:
@@ -176,11 +184,13 @@ def serve_in_a_process(algorithm: Optional[str], config: Union[str, os.PathLike]
                        env: Optional[Dict[str, str]] = None, timeout: int = 900,
                        requests: Optional[Sequence[Dict[str, Any]]] = None, overlap: bool = False,
                        tokenizer: bool = False, seed: int = 0, worker: Optional[str] = None,
-                       server_args: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+                       server_args: Optional[Dict[str, Any]] = None,
+                       prompts: Optional[Union[str, os.PathLike]] = None) -> Dict[str, Any]:
     """:func:`serve` in a process of its own, ``python -m`` this module with the ``config``
     plugins.toml (one scheduler per process): its result. ``env``: the process's environment
     (default: this one's, ``PYTHONPATH`` this ``sys.path``); ``SGLANG_SPEC_PLUGINS`` is left out,
-    so the config says which plugins load. ``server_args``: JSON-able server arguments added.
+    so the config says which plugins load. ``server_args``: JSON-able server arguments added;
+    ``prompts``: a prompts file served as greedy requests (:func:`read_prompts`).
     RuntimeError with the process's output where it printed no result."""
     import subprocess
 
@@ -194,7 +204,8 @@ def serve_in_a_process(algorithm: Optional[str], config: Union[str, os.PathLike]
                *(["--model", str(model)] if model else []), *(["--draft", str(draft)] if draft else []),
                *(["--overlap"] if overlap else []), *(["--tokenizer"] if tokenizer else []), "--seed", str(seed),
                *(["--worker", worker] if worker else []),
-               *(["--server-args", json.dumps(server_args)] if server_args else [])]
+               *(["--server-args", json.dumps(server_args)] if server_args else []),
+               *(["--prompts", str(prompts)] if prompts else [])]
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as listed:
         json.dump(requests, listed)
     if requests is not None:
@@ -332,6 +343,8 @@ def main(argv: List[str]) -> int:
     late_after = options.get("--late-after")
     listed = options.get("--requests")
     requests = json.loads(Path(listed).read_text()) if listed else None
+    if "--prompts" in options:
+        requests = read_prompts(options["--prompts"], lengths[0])
     result = serve(algorithm, ndt=int(options.get("--ndt", 4)), max_new_tokens=lengths[0] if len(lengths) == 1 else lengths,
                    late_after=None if late_after is None else int(late_after), model=options.get("--model"),
                    draft=options.get("--draft"), config=options.get("--config"), requests=requests,

@@ -1,6 +1,6 @@
 """Read the engine results (``engines*.jsonl``) and say what they show; runs on any machine.
 
-usage: python3 compare.py RESULTS_DIR [--divergences OUT.json] [--markdown]
+usage: python3 compare.py RESULTS_DIR [--divergences OUT.json] [--markdown] [--real PREFIX]
 
 * identity: each speculative engine's greedy outputs against the plain engine of the same
   backend and CUDA-graph setting, request by request (and where they first differ);
@@ -15,7 +15,13 @@ usage: python3 compare.py RESULTS_DIR [--divergences OUT.json] [--markdown]
 * against native DFLASH: each ``PREFIX_block_*`` engine (the DFLASH_BLOCK example at the full
   block) against ``PREFIX_native_*`` (SGLang's own DFLASH, same draft, same graph setting):
   requests with the same outputs and the same verify steps, and the tokens-per-second ratio;
-  ``PREFIX_part_*`` (a verify width below the block) against ``PREFIX_block_*`` likewise.
+  ``PREFIX_part_*`` and ``PREFIX_part_wN_*`` (a verify width below the block) against ``PREFIX_block_*``
+  likewise;
+* ``--real PREFIX`` (``run.sh real``'s engines, ``rl`` greedy, ``rs`` sampled, ``rlo``/``rso`` with the plugin
+  engines overlapped): per prompt kind, each engine's tokens per second, its ratio to plain decoding and its
+  tokens per verify step at every batch size (the median of the timed rounds, and how far the rounds spread),
+  and issue 46's bars cell by cell: DFLASH_BLOCK at W = B against native DFLASH, and the acceptance controller
+  against the best static width.
 """
 
 from __future__ import annotations
@@ -97,10 +103,11 @@ def summarize(records: Dict[str, dict]) -> dict:
     return {"engines": rows}
 
 
-def divergences(records: Dict[str, dict]) -> List[dict]:
+def divergences(records: Dict[str, dict], results: Optional[Path] = None) -> List[dict]:
     """Every request whose speculative output differs from the plain engine's: the
-    prompt and common prefix, and both next tokens (the input of ``margins.py``)."""
-    from engine_check import prompts  # the same prompts the engines were given
+    prompt and common prefix, and both next tokens (the input of ``margins.py``). An
+    engine that read a prompts file (``--prompts``) finds it in ``results``."""
+    from engine_check import cell_batches, prompt_file  # the same prompts the engines were given
 
     out = []
     for label, record in records.items():
@@ -108,8 +115,10 @@ def divergences(records: Dict[str, dict]) -> List[dict]:
         if base is None:
             continue
         plain = {(r["batch"], r["prompts"]): r["output_ids"] for r in base.get("runs", [])}
+        source = prompt_file(results / record["prompts_file"]) if record.get("prompts_file") else None
         for run in record.get("runs", []):
-            batch = prompts(run["prompts"], run["batch"], seed=run["batch"])
+            batches = cell_batches(source, run["prompts"], run["batch"], run["batch"], record.get("min_requests", 1))
+            batch = [ids for one in batches for ids in one]
             for i, (mine, theirs) in enumerate(zip(run["output_ids"], plain[(run["batch"], run["prompts"])])):
                 at = first_difference(mine, theirs)
                 if at is not None:
@@ -146,10 +155,11 @@ def agreement(records: Dict[str, dict]) -> List[dict]:
 
 def against_native(records: Dict[str, dict]) -> List[dict]:
     """The DFLASH_BLOCK engines against native DFLASH (``_block_`` / ``_native_``), and below the
-    block against the full block (``_part_`` / ``_block_``), same prefix and graph setting."""
+    block against the full block (``_part_`` or ``_part_wN_`` / ``_block_``), same prefix and graph setting."""
     out = []
     for label, record in records.items():
-        for mine, theirs in (("_block_", "_native_"), ("_part_", "_block_")):
+        part = re.search(r"_part(_w\d+)?_", label)
+        for mine, theirs in (("_block_", "_native_"), (part.group(0) if part else "_part_", "_block_")):
             if mine not in label or not record.get("runs"):
                 continue
             other = records.get(label.replace(mine, theirs), {})
@@ -170,6 +180,106 @@ def against_native(records: Dict[str, dict]) -> List[dict]:
                             "committed_per_step": committed_per_step(run), "theirs": committed_per_step(ref),
                             "speed_ratio": round(t["tokens_per_s"] / ref_t["tokens_per_s"], 3) if t and ref_t else None})
     return out
+
+
+REAL_ORDER = ("base", "sync", "ngram", "pl_w2", "pl_w4", "pl_w8", "pl_batch", "pl_acc", "native", "block",
+              "part_w4", "part_w8")
+"""``run.sh real``'s engines (the label between the prefix and the graph setting), in its order."""
+STATIC_WIDTHS = ("pl_w2", "pl_w4", "pl_w8")
+BAR = 0.97
+"""Issue 46's bars: DFLASH_BLOCK at W = B at least this times native DFLASH's tokens per second, and the
+acceptance controller at least this times the best static width's, in every cell."""
+
+
+def _timed(record: dict) -> Dict[tuple, dict]:
+    return {(t["batch"], t["prompts"]): t for t in record.get("timing", [])}
+
+
+def real_cells(records: Dict[str, dict], prefix: str) -> List[dict]:
+    """One row per engine of ``run.sh real`` with ``prefix``, batch size and prompt kind: the median round's
+    tokens per second, its ratio to plain decoding's, the rounds' spread ((fastest - slowest) / median), tokens
+    per verify step, requests identical to plain decoding (greedy engines only), and the mode the engine ran in."""
+    base = records.get(f"{prefix}_base_cg", {})
+    plain_t, plain_runs = _timed(base), {(r["batch"], r["prompts"]): r for r in base.get("runs", [])}
+    rows = []
+    for name in REAL_ORDER:
+        record = records.get(f"{prefix}_{name}_cg")
+        if record is None:
+            continue
+        runs = {(r["batch"], r["prompts"]): r for r in record.get("runs", [])}
+        for cell, t in _timed(record).items():
+            ref, run = plain_t.get(cell), runs.get(cell)
+            same = None
+            if run is not None and cell in plain_runs and record.get("sampling", "greedy") == "greedy":
+                same = sum(a == b for a, b in zip(run["output_ids"], plain_runs[cell]["output_ids"]))
+            rounds = t.get("rounds", [t["tokens_per_s"]])
+            rows.append({"engine": name, "batch": cell[0], "prompts": cell[1], "tokens_per_s": t["tokens_per_s"],
+                         "vs_plain": round(t["tokens_per_s"] / ref["tokens_per_s"], 3) if ref else None,
+                         "spread": round((max(rounds) - min(rounds)) / t["tokens_per_s"], 3),
+                         "per_step": committed_per_step(t) if record.get("spec") else None,
+                         "identical": same, "requests": len(run["output_ids"]) if run else None,
+                         "overlap": record.get("overlap"), "sampling": record.get("sampling")})
+    return rows
+
+
+def real_bars(records: Dict[str, dict], prefix: str) -> List[dict]:
+    """Issue 46's bars (:data:`BAR`) per batch size and prompt kind, where both sides ran: DFLASH_BLOCK at
+    W = B over native DFLASH, and the acceptance controller (``pl_acc``) over the fastest static width."""
+    cells = {(r["engine"], r["batch"], r["prompts"]): r for r in real_cells(records, prefix)}
+    out = []
+    for (engine, batch, kind), row in cells.items():
+        if engine == "block" and ("native", batch, kind) in cells:
+            ratio = row["tokens_per_s"] / cells[("native", batch, kind)]["tokens_per_s"]
+            out.append({"bar": "DFLASH_BLOCK / native DFLASH", "batch": batch, "prompts": kind, "ratio": round(ratio, 3),
+                        "met": ratio >= BAR})
+        statics = [cells[(w, batch, kind)] for w in STATIC_WIDTHS if (w, batch, kind) in cells]
+        if engine == "pl_acc" and statics:
+            best = max(statics, key=lambda r: r["tokens_per_s"])
+            ratio = row["tokens_per_s"] / best["tokens_per_s"]
+            out.append({"bar": f"controller / best static ({best['engine']})", "batch": batch, "prompts": kind,
+                        "ratio": round(ratio, 3), "met": ratio >= BAR})
+    return out
+
+
+def real_markdown(records: Dict[str, dict], prefix: str) -> str:
+    """:func:`real_cells` as one table per prompt kind (a cell: tok/s, x plain, tokens per verify step), the
+    DFLASH_BLOCK engines against native DFLASH and the full block (:func:`against_native`), and :func:`real_bars`."""
+    rows = real_cells(records, prefix)
+    batches = sorted({r["batch"] for r in rows})
+    lines = []
+    for kind in sorted({r["prompts"] for r in rows}):
+        lines += [f"**{kind}** (tok/s, x plain, tokens per verify step; rounds' spread)", "",
+                  "| engine | overlap | " + " | ".join(f"batch {b}" for b in batches) + " | identical to plain |",
+                  "|---|---|" + "---|" * len(batches) + "---|"]
+        for name in REAL_ORDER:
+            mine = {r["batch"]: r for r in rows if r["engine"] == name and r["prompts"] == kind}
+            if not mine:
+                continue
+            cells = []
+            for b in batches:
+                r = mine.get(b)
+                cells.append("-" if r is None else
+                             f"{r['tokens_per_s']:.0f}, {r['vs_plain'] if r['vs_plain'] is not None else '-'}x, "
+                             f"{r['per_step'] if r['per_step'] is not None else '-'} ({r['spread']:.1%})")
+            same = [(r["identical"], r["requests"]) for r in mine.values() if r["identical"] is not None]
+            identical = f"{sum(s for s, _ in same)}/{sum(n for _, n in same)}" if same else "-"
+            overlap = next(iter(mine.values()))["overlap"]
+            lines.append(f"| {name} | {'on' if overlap else 'off' if overlap is not None else '-'} | "
+                         + " | ".join(cells) + f" | {identical} |")
+        lines.append("")
+    native = [n for n in against_native(records) if n["engine"].startswith(f"{prefix}_")]
+    if native:
+        lines += ["| engine | against | batch | prompts | same outputs | same verify steps | tokens / verify step (theirs) |",
+                  "|---|---|---|---|---|---|---|"]
+        lines += [f"| {n['engine']} | {n['against']} | {n['batch']} | {n['prompts']} | {n['same_outputs']}/{n['requests']} | "
+                  f"{n['same_verify_steps']}/{n['requests']} | {n['committed_per_step']} ({n['theirs']}) |" for n in native]
+        lines.append("")
+    bars = real_bars(records, prefix)
+    if bars:
+        lines += ["| bar | batch | prompts | ratio | met |", "|---|---|---|---|---|"]
+        lines += [f"| {b['bar']} | {b['batch']} | {b['prompts']} | {b['ratio']} | {'yes' if b['met'] else 'no'} |"
+                  for b in bars]
+    return "\n".join(lines)
 
 
 def margins(results: Path) -> Optional[dict]:
@@ -227,10 +337,14 @@ if __name__ == "__main__":
     parser.add_argument("results", type=Path)
     parser.add_argument("--divergences", type=Path)
     parser.add_argument("--markdown", action="store_true")
+    parser.add_argument("--real", metavar="PREFIX", help="run.sh real's tables for this label prefix (rl, rs, rlo, rso)")
     args = parser.parse_args()
     records = load(args.results)
+    if args.real:
+        print(real_markdown(records, args.real))
+        raise SystemExit(0)
     if args.divergences:
-        found = divergences(records)
+        found = divergences(records, args.results)
         args.divergences.write_text(json.dumps(found))
         print(f"{len(found)} diverging requests -> {args.divergences}")
     summary = summarize(records)

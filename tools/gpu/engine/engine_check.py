@@ -2,7 +2,9 @@
 
 usage: python3 engine_check.py LABEL --backend triton|flashinfer [--no-cuda-graph] [--deterministic]
            [--dtype auto|float16|float32] [--staggered] [--model DIR] [--draft DIR]
-           [--spec NAME --ndt N] [--tp N] [--batches 1,8,32] [--new-tokens 64] [--timing]
+           [--spec NAME --ndt N] [--tp N] [--batches 1,8,32] [--new-tokens 64] [--timing [--rounds N]]
+           [--prompts FILE [--min-requests N]] [--overlap auto|on|off] [--sampling greedy|sampled]
+           [--max-running N]
 
 ``--model``: the target folder (default ``$ENGINE_MODEL``); one holding only a
 ``config.json`` is served with ``--load-format dummy``. ``--draft``: the
@@ -11,12 +13,27 @@ usage: python3 engine_check.py LABEL --backend triton|flashinfer [--no-cuda-grap
 
 With ``--spec`` the algorithm is served with ``--speculative-num-draft-tokens``
 ``N`` and overlap scheduling off; the plugin's own settings come from
-plugins.toml (``SGLANG_SPEC_PLUGINS_CONFIG``). For every batch size two prompt
+plugins.toml (``SGLANG_SPEC_PLUGINS_CONFIG``). ``--overlap on`` leaves
+SGLang's overlap scheduler as SGLang sets it (its default: on), ``off`` turns it
+off (``--disable-overlap-schedule``), ``auto`` (the default) is off with
+``--spec`` and SGLang's default without; the record's ``overlap`` is what the
+engine's resolved server arguments say. For every batch size two prompt
 sets are generated: repetitive prompts (a random phrase said over and over:
-prompt lookup finds its continuation) and random ones. Each result line holds
-the output token ids (compared across engines by ``compare.py``), the
-speculative counters SGLang reports per request, and with ``--timing`` the
-tokens per second of each batch size (a warm-up batch first).
+prompt lookup finds its continuation) and random ones; with ``--prompts FILE``
+(``{"kinds": {KIND: [token ids, ...]}}``, ``tools/gpu/train``'s ``prompts.json``)
+each kind of the file instead, a batch of ``B`` its first ``B`` prompts, and a
+batch smaller than ``--min-requests`` sent again on the next prompts until
+that many requests ran, one batch after another (:func:`cell_batches`). Each
+result line holds the output token ids (compared across engines by
+``compare.py``), the speculative counters SGLang reports per request, and with
+``--timing`` the tokens per second of each batch size (a warm-up batch first;
+with ``--prompts`` the untimed pass is the warm-up), timed ``--rounds`` times,
+each round every batch size and kind once in turn: the record keeps every
+round's tokens per second and the median round's figures.
+``--sampling sampled``: every request at temperature 0.7, top-p 0.9 (greedy
+otherwise). ``--max-running N``: SGLang's ``--max-running-requests`` (0.5.16
+sets 48 for speculative engines left without it, so a batch of 64 is not one
+batch there).
 
 ``--deterministic`` starts the engine with SGLang's
 ``--enable-deterministic-inference``: batch-invariant matmuls and attention
@@ -54,7 +71,7 @@ PHRASE_LEN, PHRASE_REPEATS, RANDOM_PROMPT_LEN, VOCAB = 8, 6, 48, 32000
 
 
 def prompts(kind: str, count: int, seed: int):
-    """``count`` prompts of ``kind`` (repetitive|random), the same for every engine."""
+    """``count`` prompts of ``kind`` (repetitive|random), the same for every engine (no prompts file)."""
     rng = random.Random(f"{kind}-{seed}")
     out = []
     for _ in range(count):
@@ -64,6 +81,28 @@ def prompts(kind: str, count: int, seed: int):
         else:
             out.append([1] + [rng.randrange(5, VOCAB) for _ in range(RANDOM_PROMPT_LEN)])
     return out
+
+
+def prompt_file(path):
+    """The prompt kinds of a ``--prompts`` file: ``{kind: [token ids, ...]}``."""
+    with open(path) as f:
+        return json.load(f)["kinds"]
+
+
+def kinds_of(source):
+    """The prompt kinds: those of a prompts file (``source``), else repetitive and random."""
+    return list(source) if source else ["repetitive", "random"]
+
+
+def cell_batches(source, kind: str, batch: int, seed: int, min_requests: int = 1):
+    """The batches one (batch size, kind) sends, in order: from a prompts file (``source``), the first
+    ``batch`` prompts of ``kind``, and so on through the file (cycling) until ``min_requests`` ran; else
+    :func:`prompts` of ``seed``."""
+    if not source:
+        return [prompts(kind, batch, seed)]
+    found = source[kind]
+    calls = -(-max(batch, min_requests) // batch)
+    return [[found[(c * batch + i) % len(found)] for i in range(batch)] for c in range(calls)]
 
 
 def _has_weights(folder):
@@ -88,9 +127,12 @@ def engine_kwargs(args):
         kwargs["enable_deterministic_inference"] = True
     if args.dtype != "auto":
         kwargs["dtype"] = args.dtype
+    if args.overlap == "off" or (args.overlap == "auto" and args.spec):
+        kwargs["disable_overlap_schedule"] = True
+    if args.max_running:
+        kwargs["max_running_requests"] = args.max_running
     if args.spec:
-        kwargs.update(speculative_algorithm=args.spec, speculative_num_draft_tokens=args.ndt,
-                      disable_overlap_schedule=True)
+        kwargs.update(speculative_algorithm=args.spec, speculative_num_draft_tokens=args.ndt)
         if args.spec == "NGRAM":
             kwargs.update(speculative_eagle_topk=1, speculative_num_steps=args.ndt - 1)
         if args.draft:
@@ -106,6 +148,18 @@ def spec_counters(outputs):
     return {"spec_verify_ct": verify, "completion_tokens": [m.get("completion_tokens") for m in meta]}
 
 
+SAMPLED = {"temperature": 0.7, "top_p": 0.9}
+"""``--sampling sampled``: what every request asks for."""
+
+
+def generate_cell(engine, batches, params):
+    """Send ``batches`` one after the other; the outputs in order, the seconds they took together."""
+    outputs, started = [], time.time()
+    for batch in batches:
+        outputs += engine.generate(input_ids=batch, sampling_params=params(len(batch)))
+    return outputs, time.time() - started
+
+
 def run(args, record):
     started = time.time()
     import sglang
@@ -118,21 +172,26 @@ def run(args, record):
     started = time.time()
     engine = sglang.Engine(**kwargs)
     record["engine_start_s"] = round(time.time() - started, 1)
-    greedy = {"temperature": 0, "max_new_tokens": args.new_tokens, "ignore_eos": True}
+    resolved = getattr(engine, "server_args", None)
+    if resolved is not None:
+        record["overlap"] = not resolved.disable_overlap_schedule
+        record["max_running_requests"] = resolved.max_running_requests
+    request = {"temperature": 0, "max_new_tokens": args.new_tokens, "ignore_eos": True}
+    if args.sampling == "sampled":
+        request.update(SAMPLED)
 
     def params(count):
         if not args.staggered:
-            return greedy
-        return [dict(greedy, max_new_tokens=args.new_tokens - 6 * (i % 8)) for i in range(count)]
+            return request
+        return [dict(request, max_new_tokens=args.new_tokens - 6 * (i % 8)) for i in range(count)]
 
+    source = prompt_file(args.prompts) if args.prompts else None
+    kinds = kinds_of(source)
     record["stage"] = "generate"
     record["runs"] = []
     for bs in args.batches:
-        for kind in ("repetitive", "random"):
-            batch = prompts(kind, bs, seed=bs)
-            started = time.time()
-            outputs = engine.generate(input_ids=batch, sampling_params=params(bs))
-            took = time.time() - started
+        for kind in kinds:
+            outputs, took = generate_cell(engine, cell_batches(source, kind, bs, bs, args.min_requests), params)
             record["runs"].append({
                 "batch": bs, "prompts": kind, "seconds": round(took, 4),
                 "output_ids": [o.get("output_ids") for o in outputs],
@@ -141,17 +200,22 @@ def run(args, record):
             })
     if args.timing:
         record["stage"] = "timing"
-        record["timing"] = []
-        for bs in args.batches:
-            for kind in ("repetitive", "random"):
-                batch = prompts(kind, bs, seed=1000 + bs)
-                engine.generate(input_ids=batch, sampling_params=params(bs))  # warm-up at this shape
-                started = time.time()
-                outputs = engine.generate(input_ids=batch, sampling_params=params(bs))
-                took = time.time() - started
+        cells = [(bs, kind, cell_batches(source, kind, bs, 1000 + bs, args.min_requests))
+                 for bs in args.batches for kind in kinds]
+        if source is None:
+            for _, _, batches in cells:
+                generate_cell(engine, batches, params)  # warm-up at this shape
+        rounds = {(bs, kind): [] for bs, kind, _ in cells}
+        for _ in range(args.rounds):
+            for bs, kind, batches in cells:
+                outputs, took = generate_cell(engine, batches, params)
                 tokens = sum(len(o["output_ids"]) for o in outputs)
-                record["timing"].append({"batch": bs, "prompts": kind, "tokens": tokens, "seconds": round(took, 4),
-                                         "tokens_per_s": round(tokens / took, 1), **spec_counters(outputs)})
+                rounds[(bs, kind)].append({"batch": bs, "prompts": kind, "tokens": tokens, "seconds": round(took, 4),
+                                           "tokens_per_s": round(tokens / took, 1), **spec_counters(outputs)})
+        record["timing"] = []
+        for (bs, kind), timed in rounds.items():
+            median = sorted(timed, key=lambda t: t["tokens_per_s"])[len(timed) // 2]
+            record["timing"].append(dict(median, rounds=[t["tokens_per_s"] for t in timed]))
     if args.sampled:
         record["stage"] = "sampled"
         outputs = engine.generate(input_ids=prompts("random", 2, seed=7),
@@ -181,7 +245,15 @@ def arguments() -> argparse.ArgumentParser:
     parser.add_argument("--batches", type=lambda s: [int(x) for x in s.split(",")], default=[1, 8, 32])
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--timing", action="store_true")
+    parser.add_argument("--rounds", type=int, default=1, help="timed rounds (each: every batch size and kind once)")
     parser.add_argument("--sampled", action="store_true", help="also send a temperature-0.8 request")
+    parser.add_argument("--prompts", help='a prompts file ({"kinds": {KIND: [token ids, ...]}}) instead of generated ones')
+    parser.add_argument("--min-requests", type=int, default=1,
+                        help="with --prompts: batches sent per cell until this many requests ran")
+    parser.add_argument("--overlap", choices=["auto", "on", "off"], default="auto",
+                        help="SGLang's overlap scheduler: auto = off with --spec, SGLang's default without")
+    parser.add_argument("--sampling", choices=["greedy", "sampled"], default="greedy")
+    parser.add_argument("--max-running", type=int, help="--max-running-requests")
     return parser
 
 
@@ -190,7 +262,9 @@ if __name__ == "__main__":
     record = {"label": args.label, "backend": args.backend, "cuda_graph": args.cuda_graph,
               "deterministic": args.deterministic, "dtype": args.dtype, "staggered": args.staggered, "spec": args.spec,
               "ndt": args.ndt if args.spec else None, "tp": args.tp, "model": args.model, "draft": args.draft,
-              "plugins_config": os.environ.get("SGLANG_SPEC_PLUGINS_CONFIG"), "ok": False}
+              "plugins_config": os.environ.get("SGLANG_SPEC_PLUGINS_CONFIG"), "sampling": args.sampling,
+              "prompts_file": os.path.basename(args.prompts) if args.prompts else None,
+              "min_requests": args.min_requests, "rounds": args.rounds, "new_tokens": args.new_tokens, "ok": False}
     process_started = time.time()
     try:
         run(args, record)

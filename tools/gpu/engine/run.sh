@@ -2,7 +2,7 @@
 # On the H200 machine, from the root of the tree a device call sent (carry: .e2e, built by site.sh):
 #   tools/gpu/engine/run.sh PHASE...      phases: setup single flashinfer triton deterministic precision widths
 #                                         draft draft_accepting drafts draft_speed sbd tp margins draft_margins soak
-#                                         triton_widths triton_margins (0.5.17)
+#                                         triton_widths triton_margins (0.5.17) train real real_margins
 # SGLANG_RELEASE (default 0.5.16): the release site.sh built, read from its folder: 0.5.16 .e2e, 0.5.17 .e2e17
 # (carry .e2e17/site.tar.xz, .e2e17/wheels and .e2e17/cache if any). The other phases were written for 0.5.16
 # and run on 0.5.17 too, but their expectations are 0.5.16's (there triton below ndt is refused: tri_pl_below_refused)
@@ -56,6 +56,31 @@
 #         refused) (trw_*); each beside the plain engines of its model and setting. compare.py: identity with plain
 # triton_margins (0.5.17) margins (above) of PROMPT_LOOKUP's triton divergences (results/triton_0.5.17/
 #         divergences.json, the trw_ engines) on the plain triton engine of the tiny target in float16
+# train   tools/gpu/train/train.py --preset gpu: from a fixed seed, deterministically, a byte-level BPE of 4,096
+#         tokens, a 6-layer Llama (hidden 768, bf16: /tmp/real-target, with prompts.json: the benchmark prompts)
+#         and a 2-layer DFlash draft, blocks of 16 (/tmp/real-draft), on the image's Python standard library (5% of
+#         its files held out); nothing is trained where both folders hold the checkpoints their train.json hashed
+#         (a later call on the same machine); TRAIN_FORCE=1 trains again. $OUT/train.json (loss curve, held-out
+#         perplexity, the draft's acceptance on held-out text, timings, hashes; against results/real/train.json
+#         where committed: matches_recorded) and $OUT/prompts.json; ~4-6 min, bounded by TRAIN_TIMEOUT (420 s).
+#         Meanwhile, on a machine that has not trained yet (TRAIN_WARM=0: not), two untimed engines on the tiny
+#         Llama (warm_plain: sampled requests; warm_dflash: native DFLASH) compile flashinfer's JIT kernels (~300 s
+#         on a fresh machine) for real
+# real    every drafter on the trained target (run train first, in the same call or an earlier one on this
+#         machine): flashinfer, CUDA graphs, batches 1, 8, 32, 64 (batch 1: four requests one after another),
+#         --max-running-requests 64 for every engine, the held-out prompts of prompts.json (completion: a file's
+#         first lines; edit: a file, a comment asking for it again, its first lines), 128 new tokens, greedy; an
+#         untimed pass (identity, and the warm-up), then REAL_ROUNDS (3) timed rounds, each every batch size and
+#         kind once; one engine at a time. REAL_ENGINES (in this order by default): base (plain, SGLang's overlap
+#         scheduler), sync (plain, --disable-overlap-schedule), ngram (SGLang's NGRAM, ndt 8), pl_w2 pl_w4 pl_w8
+#         (PROMPT_LOOKUP at ndt 8, static width), pl_batch (widths by batch size), pl_acc (widths by acceptance),
+#         native (SGLang's DFLASH, blocks of 16), block (DFLASH_BLOCK at W = B = 16), part_w4 part_w8 (W = 4, 8).
+#         SGLang's own engines (base, sync, ngram, native) run with SGLANG_PLUGINS naming no plugin and with
+#         overlap as SGLang sets it (sync: off); the plugin engines with --disable-overlap-schedule, or with
+#         SGLang's default where REAL_OVERLAP=1 (labels rlo_*). REAL_SAMPLED=1: every request at temperature
+#         0.7, top-p 0.9 (labels rs_*, rso_*); else greedy (rl_*). ~1 min an engine: split REAL_ENGINES over calls.
+# real_margins  margins (below) of the real engines' divergences (results/real/divergences.json, compare.py
+#         --divergences), on the plain engine of the trained target
 # $OUT gets: engines.jsonl (one line per engine), timeline.txt, logs.tar.xz, and the JIT caches.
 set -u
 T0=$(date +%s); H=$PWD/tools/gpu/engine
@@ -221,6 +246,49 @@ triton_widths_runs() {
   engine 0 trw_pl_below_cg $x $BELOW -- $pl $PL & engine 0 trw_pl_below_nocg $x $BELOW -- $pl $PL --no-cuda-graph &
   wait
 }
+REAL_T=${REAL_TARGET:-/tmp/real-target} REAL_D=${REAL_DRAFT:-/tmp/real-draft}
+NO_PLUGIN=SGLANG_PLUGINS=none-selected  # SGLang's load_plugins() starts no plugin: this package neither registers nor patches
+train_run() {
+  local expect=$H/../results/real/train.json args=""
+  [ -f $expect ] && args="--expect $expect"
+  [ -n "${TRAIN_FORCE:-}" ] && args="$args --force"
+  # flashinfer's JIT kernels compiled while the GPU trains, on a machine that has not trained yet: real starts warm
+  if [ "${TRAIN_WARM:-1}" = 1 ] && [ ! -f $REAL_T/train.json ]; then
+    engine 0 warm_plain -- --backend flashinfer --batches 1 --new-tokens 8 --sampling sampled &
+    engine 0 warm_dflash -- --backend flashinfer --batches 1 --new-tokens 8 --spec DFLASH --ndt 4 --draft /tmp/draft-dummy &
+  fi
+  (cd /tmp && timeout -k 10 ${TRAIN_TIMEOUT:-420} python3 $H/../train/train.py --preset gpu --target $REAL_T --draft $REAL_D \
+     --out "$OUT/train.json" $args > $LOGS/train.log 2>&1)
+  tl "train rc=$?"; grep -E '^(TRAIN|against)' $LOGS/train.log
+  wait
+}
+real_runs() {
+  local p=rl plug="--overlap off"
+  [ -n "${REAL_SAMPLED:-}" ] && p=rs
+  [ -n "${REAL_OVERLAP:-}" ] && p=${p}o plug="--overlap on"
+  if [ ! -f $REAL_T/model.safetensors ]; then tl "SKIP real: no trained target in $REAL_T (the train phase first)"; return; fi
+  local on="--backend flashinfer --model $REAL_T --prompts $REAL_T/prompts.json --batches 1,8,32,64 --new-tokens 128"
+  on="$on --min-requests 4 --max-running 64 --timing --rounds ${REAL_ROUNDS:-3}"
+  [ -n "${REAL_SAMPLED:-}" ] && on="$on --sampling sampled"
+  local pl="--spec PROMPT_LOOKUP --ndt 8 $plug" dfb="--spec DFLASH_BLOCK --ndt 16 --draft $REAL_D $plug"
+  for which in ${REAL_ENGINES:-base sync ngram pl_w2 pl_w4 pl_w8 pl_batch pl_acc native block part_w4 part_w8}; do
+    case $which in
+      base) engine 0 ${p}_base_cg $NO_PLUGIN -- $on --overlap on ;;
+      sync) engine 0 ${p}_sync_cg $NO_PLUGIN -- $on --overlap off ;;
+      ngram) engine 0 ${p}_ngram_cg $NO_PLUGIN -- $on --spec NGRAM --ndt 8 --overlap on ;;
+      pl_w2) engine 0 ${p}_pl_w2_cg SGLANG_SPEC_PLUGINS_CONFIG=$H/plugins_real_pl_w2.toml -- $on $pl ;;
+      pl_w4) engine 0 ${p}_pl_w4_cg SGLANG_SPEC_PLUGINS_CONFIG=$H/plugins_real_pl_w4.toml -- $on $pl ;;
+      pl_w8) engine 0 ${p}_pl_w8_cg $AT -- $on $pl ;;
+      pl_batch) engine 0 ${p}_pl_batch_cg SGLANG_SPEC_PLUGINS_CONFIG=$H/plugins_real_pl_batch.toml -- $on $pl ;;
+      pl_acc) engine 0 ${p}_pl_acc_cg SGLANG_SPEC_PLUGINS_CONFIG=$H/plugins_real_pl_acc.toml -- $on $pl ;;
+      native) engine 0 ${p}_native_cg $NO_PLUGIN -- $on --spec DFLASH --ndt 16 --draft $REAL_D --overlap on ;;
+      block) engine 0 ${p}_block_cg $DRAFT -- $on $dfb ;;
+      part_w4) engine 0 ${p}_part_w4_cg $DRAFT_W4 -- $on $dfb ;;
+      part_w8) engine 0 ${p}_part_w8_cg SGLANG_SPEC_PLUGINS_CONFIG=$H/plugins_draft_w8.toml -- $on $dfb ;;
+      *) tl "real: no engine $which" ;;
+    esac
+  done
+}
 tp_runs() {
   engine 0,1 tp2_fi_pl_below_cg $BELOW -- --backend flashinfer $PL --tp 2 --batches 1,8
   engine 0,1 tp2_tri_pl_at_cg $AT -- --backend triton $PL --tp 2 --batches 1,8
@@ -266,6 +334,11 @@ for phase in "$@"; do
       if [ "$R" = 0.5.16 ]; then tl "SKIP triton_margins: the divergences are 0.5.17's (SGLANG_RELEASE=0.5.17)"
       else (cd /tmp && timeout 300 python3 $H/margins.py $H/../results/triton_0.5.17/divergences.json triton \
               --prefix trw_ --dtype float16 > $LOGS/margins_trw.log 2>&1); tl "margins trw rc=$?"; fi ;;
+    train) train_run ;;
+    real) real_runs ;;
+    real_margins)  # the real engines' divergences, on the trained target's plain engine
+      (cd /tmp && ENGINE_MODEL=$REAL_T timeout 300 python3 $H/margins.py $H/../results/real/divergences.json flashinfer \
+         --prefix ${REAL_PREFIX:-rl_} > $LOGS/margins_real.log 2>&1); tl "margins real rc=$?" ;;
     margins)  # how close each divergence of results/engine/divergences.json was (margins.py)
       for backend in ${MARGINS:-flashinfer triton}; do
         (cd /tmp && timeout 200 python3 $H/margins.py $H/../results/engine/divergences.json $backend \

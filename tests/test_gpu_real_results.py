@@ -1,0 +1,173 @@
+"""compare.py's reading of ``run.sh real`` (every drafter on the model trained on the H100/H200), on results made
+here by engine_check.py's own ``run`` with ``sglang.Engine`` stood in for: the tables per prompt kind (tokens per
+second, ratio to plain decoding, tokens per verify step, the rounds' spread, identity), issue 46's bars, the
+comparison with native DFLASH, and the divergences' prompts read from the prompts file the engines read.
+
+The stand-in engine answers every request with tokens drawn from its prompt, commits a set number of tokens per
+verify step and takes a set time per token on a clock of the test's own (engine_check reads ``time.time``), so
+every figure of the tables is known beforehand. When ``tools/gpu/results/real/`` holds a device run's results
+(``engines*.jsonl``, ``prompts.json``, ``train.json``), the same reading runs on them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+ENGINE = ROOT / "tools" / "gpu" / "engine"
+COMMITTED = ROOT / "tools" / "gpu" / "results" / "real"
+sys.path.insert(0, str(ENGINE))
+
+import compare  # noqa: E402
+import engine_check  # noqa: E402
+
+PROMPTS = {"completion": [[10 + i, 20 + i, 30 + i] for i in range(70)], "edit": [[40 + i, 50, 40 + i, 50] for i in range(70)]}
+NEW = 9
+"""New tokens per request: 8 after the first (the prefill's), so a request takes ceil(8 / per_step) verify steps."""
+ENGINES = {  # label: (tokens per second at every cell, tokens committed per verify step, overlap, diverges)
+    "base": (1000.0, None, True, None), "sync": (900.0, None, False, None), "pl_w2": (1200.0, 2, False, None),
+    "pl_w4": (1500.0, 4, False, None), "pl_acc": (1470.0, 4, False, None), "native": (2000.0, 8, True, None),
+    "block": (1960.0, 8, False, True), "part_w4": (1800.0, 4, False, None),
+}
+"""pl_acc runs 0.98x the best static width (pl_w4): the controller's bar met; block 0.98x native: met. block's
+request on each kind's second prompt (in every cell) leaves plain decoding at its third token."""
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def time(self):
+        return self.now
+
+
+def stand_in_sglang(clock: Clock, speed: float, per_step, diverge: bool):
+    """A ``sglang`` module whose Engine answers as the module doc says; its 17th call takes 10% longer."""
+    module = types.ModuleType("sglang")
+    module.__version__ = "0.5.16"
+
+    class Engine:
+        def __init__(self, **kwargs):
+            self.server_args = types.SimpleNamespace(disable_overlap_schedule=kwargs.get("disable_overlap_schedule", False),
+                                                     max_running_requests=kwargs.get("max_running_requests"))
+            self.calls = 0
+
+        def generate(self, input_ids, sampling_params):
+            self.calls += 1
+            out = []
+            for ids in input_ids:
+                tokens = [(ids[j % len(ids)] + j) % 97 for j in range(NEW)]
+                if diverge and list(ids) in (PROMPTS["completion"][1], PROMPTS["edit"][1]):
+                    tokens[2] += 1
+                steps = math.ceil((NEW - 1) / per_step) if per_step else 0
+                out.append({"output_ids": tokens, "meta_info": {"completion_tokens": NEW, "spec_verify_ct": steps,
+                                                                "finish_reason": {"type": "length"}}})
+            clock.now += len(input_ids) * NEW / speed * (1.1 if self.calls == 17 else 1.0)
+            return out
+
+        def shutdown(self):
+            pass
+
+    module.Engine = Engine
+    return module
+
+
+def _record(tmp_path, monkeypatch, prefix: str, name: str) -> dict:
+    speed, per_step, overlap, diverge = ENGINES[name]
+    clock = Clock()
+    monkeypatch.setitem(sys.modules, "sglang", stand_in_sglang(clock, speed, per_step, diverge))
+    monkeypatch.setattr(engine_check, "time", clock)
+    argv = [f"{prefix}_{name}_cg", "--backend", "flashinfer", "--model", str(tmp_path / "target"),
+            "--prompts", str(tmp_path / "prompts.json"),
+            "--batches", "1,8,32,64", "--min-requests", "4", "--timing", "--rounds", "3", "--max-running", "64",
+            "--overlap", "on" if overlap else "off"]
+    if per_step:
+        argv += ["--spec", "SOMETHING", "--ndt", "8"]
+    args = engine_check.arguments().parse_args(argv)
+    record = {"label": args.label, "spec": args.spec, "sampling": args.sampling, "prompts_file": "prompts.json",
+              "min_requests": args.min_requests}
+    engine_check.run(args, record)
+    return record
+
+
+@pytest.fixture
+def results(tmp_path, monkeypatch):
+    (tmp_path / "prompts.json").write_text(json.dumps({"kinds": PROMPTS}))
+    (tmp_path / "target").mkdir()
+    (tmp_path / "target" / "model.safetensors").write_bytes(b"")  # weights: no --load-format dummy
+    lines = [json.dumps(_record(tmp_path, monkeypatch, "rl", name)) for name in ENGINES]
+    (tmp_path / "engines_real_a.jsonl").write_text("\n".join(lines[:4]) + "\n")  # two calls' files
+    (tmp_path / "engines_real_b.jsonl").write_text("\n".join(lines[4:]) + "\n")
+    return tmp_path
+
+
+def test_each_cell_s_speed_ratio_and_acceptance(results):
+    rows = compare.real_cells(compare.load(results), "rl")
+    assert len(rows) == len(ENGINES) * 4 * 2
+    for row in rows:
+        speed, per_step, overlap, diverge = ENGINES[row["engine"]]
+        assert row["tokens_per_s"] == pytest.approx(speed, rel=1e-3)
+        assert row["vs_plain"] == pytest.approx(speed / ENGINES["base"][0], abs=1e-3)
+        assert row["per_step"] == (None if per_step is None else pytest.approx((NEW - 1) / math.ceil((NEW - 1) / per_step)))
+        # the 17th call is one of the four of the first round's batch-1 completion cell: that round 0.1/4.1 slower
+        slowed = row["batch"] == 1 and row["prompts"] == "completion"
+        assert row["spread"] == (pytest.approx(0.1 / 4.1, abs=2e-3) if slowed else 0.0)
+        assert row["overlap"] is overlap and row["sampling"] == "greedy"
+        assert row["requests"] == max(row["batch"], 4)
+        assert row["identical"] == row["requests"] - int(bool(diverge))
+
+
+def test_the_bars_cell_by_cell(results, monkeypatch):
+    bars = compare.real_bars(compare.load(results), "rl")
+    assert {b["bar"] for b in bars} == {"DFLASH_BLOCK / native DFLASH", "controller / best static (pl_w4)"}
+    assert len(bars) == 2 * 4 * 2 and all(b["met"] and b["ratio"] == pytest.approx(0.98, abs=1e-3) for b in bars)
+    monkeypatch.setattr(compare, "BAR", 0.99)
+    assert not any(b["met"] for b in compare.real_bars(compare.load(results), "rl"))
+
+
+def test_the_markdown_tables(results):
+    text = compare.real_markdown(compare.load(results), "rl")
+    assert "**completion**" in text and "**edit**" in text
+    row = next(line for line in text.splitlines() if line.startswith("| block |"))
+    assert row.split(" | ")[1:4] == ["off", "1960, 1.96x, 8.0 (2.4%)", "1960, 1.96x, 8.0 (0.0%)"]
+    assert row.endswith(f"| {(4 + 8 + 32 + 64) - 4}/108 |")
+    assert "| DFLASH_BLOCK / native DFLASH | 64 | edit | 0.98 | yes |" in text
+    assert "| rl_block_cg | rl_native_cg | 64 | edit | 63/64 | 64/64 | 8.0 (8.0) |" in text
+
+
+def test_the_block_drafter_against_native_and_below_the_block(results):
+    rows = compare.against_native(compare.load(results))
+    assert {(r["engine"], r["against"]) for r in rows} == {("rl_block_cg", "rl_native_cg"), ("rl_part_w4_cg", "rl_block_cg")}
+    block = [r for r in rows if r["engine"] == "rl_block_cg"]
+    assert all(r["same_outputs"] == r["requests"] - 1 and r["same_verify_steps"] == r["requests"] for r in block)
+
+
+def test_divergences_carry_the_prompt_the_engine_was_given(results):
+    """Each diverging request's prompt comes from the prompts file through engine_check's own batching: at batch 1
+    four requests one after another, the second of them on the file's second prompt."""
+    found = [d for d in compare.divergences(compare.load(results), results) if d["label"] == "rl_block_cg"]
+    assert len(found) == 8  # one a cell
+    first = next(d for d in found if d["batch"] == 1 and d["prompts"] == "edit")
+    prompt = PROMPTS["edit"][1]
+    plain = [(prompt[j % len(prompt)] + j) % 97 for j in range(NEW)]
+    assert (first["position"], first["input_ids"], first["plain"], first["speculative"]) == \
+        (2, prompt + plain[:2], plain[2], plain[2] + 1)
+
+
+@pytest.mark.skipif(not (COMMITTED / "train.json").is_file(), reason="no device run committed under tools/gpu/results/real yet")
+def test_the_committed_device_run_reads_back():
+    """The committed run: a trained target and draft, every engine's cells read, greedy identities where greedy."""
+    train = json.loads((COMMITTED / "train.json").read_text())
+    assert train["target"]["held_out"]["perplexity"] > 1 and train["draft"]["acceptance"]["all"]["tokens_per_step"]
+    records = compare.load(COMMITTED)
+    for prefix in sorted({label.split("_")[0] for label in records}):
+        rows = compare.real_cells(records, prefix)
+        assert rows and compare.real_markdown(records, prefix)
+        for row in rows:
+            assert row["tokens_per_s"] > 0 and (row["per_step"] is None or row["per_step"] >= 1)
