@@ -121,12 +121,14 @@ def test_drafts_drawn_from_a_proposal_commit_plain_sampling_s_distribution():
 
 
 def _accepting_greedily(chain, probs, greedy_next, draft_probs=None, generator=None):
-    """The mutation: sampled requests accept a draft iff it is the target's argmax (greedy acceptance)."""
-    return speculative_accept(chain, point_mass_like(probs, greedy_next), greedy_next, None, generator)
-
-
-def point_mass_like(probs, greedy_next):
-    return torch.zeros_like(probs).scatter_(-1, greedy_next.unsqueeze(-1), 1.0)
+    """The mutation: sampled requests accept a draft iff it is the target's argmax (greedy acceptance),
+    the token after the accepted ones still drawn from the target's distribution."""
+    bs, width = chain.shape
+    taken = (chain[:, 1:] == greedy_next[:, :-1]).int().cumprod(dim=1).sum(dim=1)
+    drawn = chain_sampling.draw(probs[torch.arange(bs), taken], generator)
+    following = torch.nn.functional.pad(chain[:, 1:], (0, 1))
+    rows = torch.where(torch.arange(width).view(1, -1) < taken.unsqueeze(1), following, greedy_next)
+    return rows.scatter(1, taken.unsqueeze(1), drawn.unsqueeze(1)), (taken + 1).int()
 
 
 def test_greedy_acceptance_of_sampled_requests_fails_the_test():

@@ -12,13 +12,21 @@ faulted steps the drafter is switched off for the process (one log line) and
 the worker serves plainly. A step whose drafter code took longer than
 :data:`SLOW_STEP_S` is logged, naming the plugin (at most once a minute).
 ``KeyboardInterrupt`` is not a fault: it stops the process as before.
+
+:func:`sync_check` is how a step proves it never makes the host wait for
+the GPU: with ``SGLANG_SPEC_PLUGINS_SYNC_CHECK=1`` on a CUDA device, torch
+raises at the first call inside it that synchronises (``.item()``,
+``.tolist()``, ``.cpu()`` of a device tensor, ...), naming the line; a step's
+documented reads of the step before it are made inside :func:`allowed_sync`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import time
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Iterator, List, Optional
 
 logger = logging.getLogger("sglang_spec_plugins")
 
@@ -27,6 +35,9 @@ SLOW_STEP_S = 1.0
 
 SLOW_LOG_INTERVAL_S = 60.0
 """Seconds between two slow-step lines."""
+
+SYNC_CHECK_ENV = "SGLANG_SPEC_PLUGINS_SYNC_CHECK"
+"""``1``: a step's own code runs under ``torch.cuda.set_sync_debug_mode("error")`` (:func:`sync_check`)."""
 
 FAULT = object()
 """What :meth:`Containment.call` returns in place of a faulted hook's answer."""
@@ -63,7 +74,7 @@ class Containment:
         except KeyboardInterrupt:
             raise
         except BaseException as exc:  # SystemExit too: the drafter's, not the server's
-            self.fault(hook, f"raised {type(exc).__name__}: {_text(exc)}", req)
+            self.fault(hook, f"raised {type(exc).__name__}: {self._text(exc)}", req)
             return FAULT
         finally:
             self._spent += self._clock() - started
@@ -97,9 +108,47 @@ class Containment:
                 f"its code took {self._spent:.1f} s in one decode step (more than {SLOW_STEP_S:g} s); the step waited"))
 
 
-def _text(exc: BaseException) -> str:
+    def _text(self, exc: BaseException) -> str:
+        """An exception's message, escaped; one this drafter's own framework calls raised
+        (``StepWidths.at``, say) without the plugin's name the line starts with anyway."""
+        from ..errors import PluginError
+
+        try:
+            text = str(exc)
+            if isinstance(exc, PluginError) and exc.plugin == self.policy.plugin:
+                text = exc.detail.removeprefix(f"algorithm {self.policy.algorithm}: ")
+        except Exception:
+            text = f"<{type(exc).__name__} whose str() raised>"
+        return ascii(text)[1:-1] if text else "(no message)"
+
+
+@contextlib.contextmanager
+def sync_check(device: Any) -> Iterator[None]:
+    """Inside: any call that makes the host wait for a CUDA ``device`` raises, where
+    :data:`SYNC_CHECK_ENV` is ``1`` (else, and on other devices, nothing changes)."""
+    if os.environ.get(SYNC_CHECK_ENV) != "1" or not str(device).startswith("cuda"):
+        yield
+        return
+    import torch
+
+    before = torch.cuda.get_sync_debug_mode()
+    torch.cuda.set_sync_debug_mode("error")
     try:
-        text = str(exc)
-    except Exception:
-        text = f"<{type(exc).__name__} whose str() raised>"
-    return ascii(text)[1:-1] if text else "(no message)"
+        yield
+    finally:
+        torch.cuda.set_sync_debug_mode(before)
+
+
+@contextlib.contextmanager
+def allowed_sync() -> Iterator[None]:
+    """Inside a :func:`sync_check`: a read the step documents (of the step before it) may wait."""
+    import torch
+
+    before = torch.cuda.get_sync_debug_mode() if torch.cuda.is_available() else 0
+    if before:
+        torch.cuda.set_sync_debug_mode(0)
+    try:
+        yield
+    finally:
+        if before:
+            torch.cuda.set_sync_debug_mode(before)

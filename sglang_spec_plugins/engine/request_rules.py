@@ -57,7 +57,7 @@ def _penalise(logits: Any, batch: Any, chains: Any, rows: List[int], outputs: Li
     import torch
 
     device, vocab, width = logits.device, logits.shape[-1], logits.shape[1]
-    picked = torch.tensor(rows, dtype=torch.int64, device=device)
+    picked = torch.tensor(rows, dtype=torch.int64).to(device, non_blocking=True)
     longest = max(len(out) for out in outputs)
     padded = torch.full((len(rows), max(longest, 1)), vocab, dtype=torch.int64)  # vocab: a column no token counts in
     for k, out in enumerate(outputs):
@@ -78,17 +78,16 @@ def _penalise(logits: Any, batch: Any, chains: Any, rows: List[int], outputs: Li
         table = torch.from_numpy(numpy.add.accumulate(sums, axis=1, dtype=numpy.float32)).to(device)
         view -= table.gather(1, counts.reshape(len(rows), -1).long()).view(counts.shape)
     present = counts > 0
-    presence = torch.tensor([p.presence_penalty for p in params], dtype=torch.float32, device=device)
-    if bool(presence.any()):
+    if any(p.presence_penalty for p in params):
+        presence = torch.tensor([p.presence_penalty for p in params], dtype=torch.float32).to(device, non_blocking=True)
         view -= present * presence.view(-1, 1, 1)
     stops = _stop_token_penalties(batch, rows, vocab, device)
     if stops is not None:
-        floor = torch.tensor([p.min_new_tokens for p in params], dtype=torch.int64, device=device).view(-1, 1)
-        out = torch.tensor([len(o) for o in outputs], dtype=torch.int64, device=device).view(-1, 1)
-        early = (out + torch.arange(width, device=device).view(1, -1)) < floor  # (k, width)
+        left = torch.tensor([[p.min_new_tokens - len(o)] for p, o in zip(params, outputs)], dtype=torch.int64)
+        early = torch.arange(width, device=device).view(1, -1) < left.to(device, non_blocking=True)  # (k, width)
         view += torch.where(early.unsqueeze(2), stops.unsqueeze(1), torch.zeros((), device=device))
-    repetition = torch.tensor([p.repetition_penalty for p in params], dtype=torch.float32, device=device)
-    if bool((repetition != 1.0).any()):
+    if any(p.repetition_penalty != 1.0 for p in params):
+        repetition = torch.tensor([p.repetition_penalty for p in params], dtype=torch.float32).to(device, non_blocking=True)
         scale = torch.where(present, repetition.view(-1, 1, 1), torch.ones((), device=device))
         view.copy_(torch.where(view < 0, view * scale, view / scale))
     logits[picked] = view

@@ -8,12 +8,13 @@ from typing import Any, Optional
 
 from ..engine.algorithm import policy_for
 from ..engine.chain_verify import ChainVerifier
-from ..engine.containment import FAULT, Containment
+from ..engine.containment import FAULT, Containment, allowed_sync, sync_check
 from ..engine.draft_worker import draft_model_worker_base, sglang_name
 from ..engine.request_kinds import refusal, refuse_unservable
 from ..engine.request_rules import needs_host_tokens
 from ..engine.step_output import cache_locations, idle_result, step_result, verify_positions
 from ..engine.step_relay import StepRelay
+from ..engine.step_times import timer_for
 from ..engine.worker_contract import contract
 from .step_widths import StepWidths
 
@@ -104,7 +105,8 @@ def draft_block_worker_base() -> type:
             self._verify_chains = ChainVerifier(self._contract)
             self._deterministic = bool(getattr(server_args, "enable_deterministic_inference", False))
             self._relay = None
-            self._unchecked = None  # the last step's drafts' out-of-vocabulary flag, read at the next step
+            self._unchecked = None  # the last step's count of drafts out of the vocabulary, read at the next step
+            self._counts = timer_for(self.device)  # keeps such a count on its way to the host without a wait
             self.fused = self._fused_kv()
             self.block_input = DFlashVerifyInput(  # what the draft runner's TARGET_VERIFY is laid out by (B per request)
                 draft_token=torch.empty((0,), dtype=torch.long, device=self.device),
@@ -210,50 +212,55 @@ def draft_block_worker_base() -> type:
                 return filler
             tokens = tokens[:, :count].to(torch.int64)
             inside = (tokens >= 0) & (tokens < self.vocab_size)
-            self._unchecked = ~inside.all()  # read at the next step: no wait here
+            self._unchecked = self._counts.keep((~inside).sum())  # read at the next step: no wait here
             tokens = torch.where(inside, tokens, root.unsqueeze(1))
             return tokens, (None if probs is None or count == 0 else probs[:, :count].float())
 
         def _decode(self, batch, on_publish):
             bs, width = len(batch.reqs), self.width
             self.contained.begin()
-            if self._unchecked is not None and bool(self._unchecked):
+            if self._unchecked is not None and int(self._unchecked):
                 self.contained.fault("drafts(batch, hidden)", f"returned token ids outside [0, {self.vocab_size}) "
                                      "in the step before (they were verified as the root repeated)")
             self._unchecked = None
-            root = self._relay.roots(batch.req_pool_indices)
-            positions = verify_positions(batch.seq_lens, self.block)
-            slots = cache_locations(batch.req_to_token_pool.req_to_token, batch.req_pool_indices, positions)
-            hidden = None
-            if width > 1 and not self.contained.off:
+            with sync_check(self.device):
+                root = self._relay.roots(batch.req_pool_indices)
+                positions = verify_positions(batch.seq_lens, self.block)
+                slots = cache_locations(batch.req_to_token_pool.req_to_token, batch.req_pool_indices, positions)
                 block = torch.full((bs, self.block), self.mask_token_id, dtype=torch.int64, device=self.device)
                 block[:, 0] = root
-                hidden = self._draft_hidden(batch, block, positions, slots)
-            drafted, draft_probs = self._proposed(batch, root, hidden)
-            chain = torch.cat([root.unsqueeze(1), drafted], dim=1)
+            drafting = width > 1 and not self.contained.off
+            hidden = self._draft_hidden(batch, block, positions, slots) if drafting else None  # SGLang's forward
+            with sync_check(self.device):
+                drafted, draft_probs = self._proposed(batch, root, hidden)
+                chain = torch.cat([root.unsqueeze(1), drafted], dim=1)
 
             outputs = host_chains = None
             if any(needs_host_tokens(req) for req in batch.reqs):
-                missing = self._relay.in_flight(batch)
-                tails = StepRelay.tails(self._relay.read(batch.req_pool_indices), missing) if any(missing) else \
-                    [[]] * bs
-                outputs = [[*req.output_ids, *tail] for req, tail in zip(batch.reqs, tails)]
-                host_chains = chain.tolist() if any(getattr(r, "grammar", None) is not None for r in batch.reqs) else None
-            batch.out_cache_loc = slots[:, :width].flatten()
-            batch.input_ids = chain.flatten()
-            batch.forward_mode = ForwardMode.TARGET_VERIFY
-            batch.spec_info = DFlashVerifyInput(draft_token=batch.input_ids, positions=positions[:, :width].flatten(),
-                                                draft_token_num=width, custom_mask=None,
-                                                capture_hidden_mode=CaptureHiddenMode.FULL)
+                with allowed_sync():  # penalties and grammars judge on the host: the step before's tokens, the chain
+                    missing = self._relay.in_flight(batch)
+                    tails = StepRelay.tails(self._relay.read(batch.req_pool_indices), missing) if any(missing) \
+                        else [[]] * bs
+                    outputs = [[*req.output_ids, *tail] for req, tail in zip(batch.reqs, tails)]
+                    host_chains = (chain.tolist() if any(getattr(r, "grammar", None) is not None for r in batch.reqs)
+                                   else None)
+            with sync_check(self.device):
+                batch.out_cache_loc = slots[:, :width].flatten()
+                batch.input_ids = chain.flatten()
+                batch.forward_mode = ForwardMode.TARGET_VERIFY
+                batch.spec_info = DFlashVerifyInput(draft_token=batch.input_ids,
+                                                    positions=positions[:, :width].flatten(), draft_token_num=width,
+                                                    custom_mask=None, capture_hidden_mode=CaptureHiddenMode.FULL)
             out = self.forward_target(batch, is_verify=True)
-            logits = out.logits_output
-            hidden_states, logits.hidden_states = logits.hidden_states, None
-            rows, commit = self._verify_chains(batch, logits, chain, outputs, host_chains, draft_probs)
-            new_seq_lens = batch.seq_lens + commit.to(batch.seq_lens.dtype)
-            if on_publish is not None:
-                on_publish(new_seq_lens)
-            self._write_context_kv(hidden_states, slots[:, :width].flatten(), positions[:, :width].flatten())
-            self._relay.keep(batch.req_pool_indices, rows, commit)
+            with sync_check(self.device):
+                logits = out.logits_output
+                hidden_states, logits.hidden_states = logits.hidden_states, None
+                rows, commit = self._verify_chains(batch, logits, chain, outputs, host_chains, draft_probs)
+                new_seq_lens = batch.seq_lens + commit.to(batch.seq_lens.dtype)
+                if on_publish is not None:
+                    on_publish(new_seq_lens)
+                self._write_context_kv(hidden_states, slots[:, :width].flatten(), positions[:, :width].flatten())
+                self._relay.keep(batch.req_pool_indices, rows, commit)
             self.contained.end()
             batch.forward_mode = ForwardMode.DECODE
             return step_result(logits, rows, commit, new_seq_lens, out.can_run_cuda_graph, width, self.overlap)

@@ -9,7 +9,7 @@ from typing import Any, List, Optional
 
 from ..engine.algorithm import policy_for
 from ..engine.chain_verify import ChainVerifier
-from ..engine.containment import FAULT, Containment
+from ..engine.containment import FAULT, Containment, allowed_sync, sync_check
 from ..engine.request_kinds import refusal, refuse_unservable
 from ..engine.request_rules import needs_host_tokens
 from ..engine.step_output import cache_locations, idle_result, step_result, verify_positions
@@ -133,7 +133,8 @@ def chain_worker_base() -> type:
             """Inside a decode step: the target's tokens past what ``req`` committed at its
             latest step (empty after its prefill)."""
             if self._latest is None:
-                self._latest = self._relay.read(self._batch.req_pool_indices)
+                with allowed_sync():  # the step before's tokens: read once, where the step asks
+                    self._latest = self._relay.read(self._batch.req_pool_indices)
             if self._carried is None:
                 self._carried = {id(r): past for r, past in zip(self._batch.reqs, StepRelay.past(self._latest))}
             return self._carried[id(req)]
@@ -222,30 +223,32 @@ def chain_worker_base() -> type:
             device = batch.seq_lens.device
             self.contained.begin()
             self._batch, self._latest, self._carried = batch, None, None
-            tokens = self._tokens(batch)
-            width = self._width(batch)
-            chains = self._chains(batch, tokens, width)
-            self._batch, self._latest, self._carried = None, None, None
-            drafts = torch.tensor(chains, dtype=torch.int64).to(device, non_blocking=True)
-            positions = verify_positions(batch.seq_lens, width)
-            batch.out_cache_loc = cache_locations(
-                batch.req_to_token_pool.req_to_token, batch.req_pool_indices, positions).flatten()
-            batch.input_ids = drafts.flatten()
-            batch.forward_mode = ForwardMode.TARGET_VERIFY
-            batch.spec_info = DFlashVerifyInput(
-                draft_token=batch.input_ids, positions=positions.flatten(), draft_token_num=width,
-                custom_mask=None, capture_hidden_mode=CaptureHiddenMode.NULL,
-            )
+            tokens = self._tokens(batch)  # the one read of the step before (overlap), where the host lags
+            with sync_check(device):
+                width = self._width(batch)
+                chains = self._chains(batch, tokens, width)
+                self._batch, self._latest, self._carried = None, None, None
+                drafts = torch.tensor(chains, dtype=torch.int64).to(device, non_blocking=True)
+                positions = verify_positions(batch.seq_lens, width)
+                batch.out_cache_loc = cache_locations(
+                    batch.req_to_token_pool.req_to_token, batch.req_pool_indices, positions).flatten()
+                batch.input_ids = drafts.flatten()
+                batch.forward_mode = ForwardMode.TARGET_VERIFY
+                batch.spec_info = DFlashVerifyInput(
+                    draft_token=batch.input_ids, positions=positions.flatten(), draft_token_num=width,
+                    custom_mask=None, capture_hidden_mode=CaptureHiddenMode.NULL,
+                )
             out = self.target_worker.forward_batch_generation(batch, is_verify=True)
-            outputs = [known[len(req.origin_input_ids):] if needs_host_tokens(req) else None
-                       for req, known in zip(batch.reqs, tokens)]
-            rows, accept_lens = self._verify_chains(batch, out.logits_output, drafts, outputs, chains)
-            new_seq_lens = batch.seq_lens + accept_lens.to(batch.seq_lens.dtype)
-            if on_publish is not None:
-                on_publish(new_seq_lens)
-            self._relay.keep(batch.req_pool_indices, rows, accept_lens)
-            if not self.contained.faulted:
-                self.widths.record(accept_lens)  # what the acceptance controller, where it is on, learns from
+            with sync_check(device):
+                outputs = [known[len(req.origin_input_ids):] if needs_host_tokens(req) else None
+                           for req, known in zip(batch.reqs, tokens)]
+                rows, accept_lens = self._verify_chains(batch, out.logits_output, drafts, outputs, chains)
+                new_seq_lens = batch.seq_lens + accept_lens.to(batch.seq_lens.dtype)
+                if on_publish is not None:
+                    on_publish(new_seq_lens)
+                self._relay.keep(batch.req_pool_indices, rows, accept_lens)
+                if not self.contained.faulted:
+                    self.widths.record(accept_lens)  # what the acceptance controller, where it is on, learns from
             self.contained.end()
             batch.forward_mode = ForwardMode.DECODE
             return step_result(out.logits_output, rows, accept_lens, new_seq_lens, out.can_run_cuda_graph,
