@@ -113,7 +113,7 @@ def engine_kwargs(args):
     model = args.model or os.environ.get("ENGINE_MODEL", "/tmp/tiny-llama")
     kwargs = dict(
         model_path=model,
-        skip_tokenizer_init=True, attention_backend=args.backend, tp_size=args.tp,
+        skip_tokenizer_init=not args.kinds, attention_backend=args.backend, tp_size=args.tp,
         mem_fraction_static=0.3, max_total_tokens=65536, disable_radix_cache=True,
         cuda_graph_max_bs_decode=max(args.batches), cuda_graph_max_bs_prefill=64,
         random_seed=0, log_level="info",
@@ -150,6 +150,43 @@ def spec_counters(outputs):
 
 SAMPLED = {"temperature": 0.7, "top_p": 0.9}
 """``--sampling sampled``: what every request asks for."""
+
+KINDS = {
+    "penalised": {"frequency_penalty": 0.5, "presence_penalty": 0.3, "repetition_penalty": 1.2},
+    "min_new_tokens": {"min_new_tokens": 24, "logit_bias": {"13": 2.0, "29": -1.5}},
+    "logprob": {},
+    "json": {"json_schema": json.dumps({"type": "object", "properties": {"name": {"type": "string"},
+                                                                         "size": {"type": "integer"}},
+                                        "required": ["name", "size"]})},
+    "regex": {"regex": "(def|class) [a-z_]{3,12}\\(\\):"},
+    "sampled": dict(SAMPLED),
+}
+"""``--kinds``: the request kinds sent after the greedy cells (greedy unless they say otherwise; ``logprob``
+returns each token's logprob, its 5 top logprobs and those of tokens 13 and 29; ``json`` and ``regex`` need
+the model's tokenizer)."""
+
+
+def kinds_stage(engine, source, new_tokens):
+    """Each of :data:`KINDS` on 4 prompts: output ids, finish reasons and the logprob request's logprobs."""
+    found = {}
+    prompts_of = cell_batches(source, kinds_of(source)[0], 4, 77, 4)[0]
+    for name, extra in KINDS.items():
+        params = {"temperature": 0, "max_new_tokens": new_tokens, "ignore_eos": name not in ("json", "regex"), **extra}
+        logprobs = dict(return_logprob=True, top_logprobs_num=5, token_ids_logprob=[13, 29]) if name == "logprob" else {}
+        try:
+            outputs = engine.generate(input_ids=prompts_of, sampling_params=params, **logprobs)
+        except Exception as exc:  # noqa: BLE001 - the record says which kind failed and why
+            found[name] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
+            continue
+        found[name] = {"output_ids": [o.get("output_ids") for o in outputs], "text": [o.get("text") for o in outputs],
+                       "finish": [str(o.get("meta_info", {}).get("finish_reason")) for o in outputs],
+                       **spec_counters(outputs)}
+        if logprobs:
+            meta = [o.get("meta_info", {}) for o in outputs]
+            found[name]["logprobs"] = [[v for v, *_ in m.get("output_token_logprobs", [])] for m in meta]
+            found[name]["top_logprobs"] = [[[[v, t] for v, t, *_ in top] for top in m.get("output_top_logprobs", [])]
+                                           for m in meta]
+    return found
 
 
 def generate_cell(engine, batches, params):
@@ -216,6 +253,9 @@ def run(args, record):
         for (bs, kind), timed in rounds.items():
             median = sorted(timed, key=lambda t: t["tokens_per_s"])[len(timed) // 2]
             record["timing"].append(dict(median, rounds=[t["tokens_per_s"] for t in timed]))
+    if args.kinds:
+        record["stage"] = "kinds"
+        record["kinds"] = kinds_stage(engine, source, min(args.new_tokens, 48))
     if args.sampled:
         record["stage"] = "sampled"
         outputs = engine.generate(input_ids=prompts("random", 2, seed=7),
@@ -253,6 +293,8 @@ def arguments() -> argparse.ArgumentParser:
     parser.add_argument("--overlap", choices=["auto", "on", "off"], default="auto",
                         help="SGLang's overlap scheduler: auto = off with --spec, SGLang's default without")
     parser.add_argument("--sampling", choices=["greedy", "sampled"], default="greedy")
+    parser.add_argument("--kinds", action="store_true",
+                        help="also send every request kind of KINDS (the model's tokenizer is loaded)")
     parser.add_argument("--max-running", type=int, help="--max-running-requests")
     return parser
 

@@ -79,6 +79,9 @@
 #         overlap as SGLang sets it (sync: off); the plugin engines with --disable-overlap-schedule, or with
 #         SGLang's default where REAL_OVERLAP=1 (labels rlo_*). REAL_SAMPLED=1: every request at temperature
 #         0.7, top-p 0.9 (labels rs_*, rso_*); else greedy (rl_*). ~1 min an engine: split REAL_ENGINES over calls.
+#         Untimed, every request kind of engine_check.py --kinds (penalties, min_new_tokens with logit_bias,
+#         logprobs, JSON schema, regex, sampled): kinds_base (plain without overlap: the reference), kinds_pl,
+#         kinds_block (each step's own code under SGLANG_SPEC_PLUGINS_SYNC_CHECK=1), kinds_native.
 # real_margins  margins (below) of the real engines' divergences (results/real/divergences.json, compare.py
 #         --divergences), on the plain engine of the trained target
 # $OUT gets: engines.jsonl (one line per engine), timeline.txt, logs.tar.xz, and the JIT caches.
@@ -268,6 +271,7 @@ real_runs() {
   [ -n "${REAL_OVERLAP:-}" ] && p=${p}o plug="--overlap on"
   if [ ! -f $REAL_T/model.safetensors ]; then tl "SKIP real: no trained target in $REAL_T (the train phase first)"; return; fi
   local on="--backend flashinfer --model $REAL_T --prompts $REAL_T/prompts.json --batches 1,8,32,64 --new-tokens 128"
+  local checked="$on --min-requests 4 --max-running 64 --kinds"  # untimed: identity, every request kind
   on="$on --min-requests 4 --max-running 64 --timing --rounds ${REAL_ROUNDS:-3}"
   [ -n "${REAL_SAMPLED:-}" ] && on="$on --sampling sampled"
   local pl="--spec PROMPT_LOOKUP --ndt 8 $plug" dfb="--spec DFLASH_BLOCK --ndt 16 --draft $REAL_D $plug"
@@ -285,6 +289,11 @@ real_runs() {
       block) engine 0 ${p}_block_cg $DRAFT -- $on $dfb ;;
       part_w4) engine 0 ${p}_part_w4_cg $DRAFT_W4 -- $on $dfb ;;
       part_w8) engine 0 ${p}_part_w8_cg SGLANG_SPEC_PLUGINS_CONFIG=$H/plugins_draft_w8.toml -- $on $dfb ;;
+      # untimed, every request kind, each step's own code under torch.cuda.set_sync_debug_mode("error")
+      kinds_base) engine 0 ${p}_kinds_base_cg $NO_PLUGIN -- $checked --overlap off ;;
+      kinds_pl) engine 0 ${p}_kinds_pl_cg SGLANG_SPEC_PLUGINS_SYNC_CHECK=1 $AT -- $checked $pl ;;
+      kinds_block) engine 0 ${p}_kinds_block_cg SGLANG_SPEC_PLUGINS_SYNC_CHECK=1 $DRAFT -- $checked $dfb ;;
+      kinds_native) engine 0 ${p}_kinds_native_cg $NO_PLUGIN -- $checked --spec DFLASH --ndt 16 --draft $REAL_D --overlap on ;;
       *) tl "real: no engine $which" ;;
     esac
   done
