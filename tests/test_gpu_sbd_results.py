@@ -36,17 +36,48 @@ def test_the_eager_divergences_are_the_ones_measured():
     assert found == NEAR_TIES
 
 
-def test_each_eager_divergence_is_a_near_tie_of_the_model():
-    """The README's reading, again on this CPU: at each divergence the model's own two most likely tokens are
-    the two engines' tokens, a few hundredths apart (reference_margins.py: a plain PyTorch forward)."""
+NEAR_TIE = 0.05
+"""A near-tie's width in log-probability (the README's "a few hundredths"). The widest here, 0.020 in float32 and
+0.008 in bf16 (README), plus how far another CPU may move it (reference_margins.CPU_TOLERANCE: 0.001 and 0.031),
+fits."""
+
+
+@pytest.fixture(scope="module")
+def eager():
+    """reference_margins.py's plain PyTorch forward of the favoured target at each eager divergence."""
     pytest.importorskip("torch")
     import reference_margins
 
-    rows = reference_margins.margins(RESULTS, "sbd_sbd_nocg", 29)
-    assert {(r["batch"], r["prompts"], r["request"], r["position"]) for r in rows} == NEAR_TIES
-    for row in rows:
-        for dtype in ("float32", "bfloat16"):
-            assert set(row[dtype]["top2"]) == {row["speculative"], row["plain"]} and row[dtype]["gap"] < 0.05, row
+    return reference_margins.logprobs(RESULTS, "sbd_sbd_nocg", 29)
+
+
+def _far_from_the_top(found):
+    """(place, dtype, token, its log-probability below the model's top) for each engine's token, at each
+    divergence of ``found``, that lies more than NEAR_TIE below the top, in float32 or bf16."""
+    import reference_margins
+
+    return [((d["batch"], d["prompts"], d["request"], d["position"]), dtype, token, below)
+            for d, values in found for dtype in ("float32", "bfloat16")
+            for token, below in reference_margins.below_top(values[dtype], (d["speculative"], d["plain"])).items()
+            if below > NEAR_TIE]
+
+
+def test_each_eager_divergence_is_a_near_tie_of_the_model(eager):
+    """The README's reading, again on this CPU: at each divergence both engines' tokens lie within a few
+    hundredths of the model's most likely token. Which of them is first, or whether a third lies as near (24888,
+    0.018 below the top at batch 64's request 47), depends on the CPU's kernels: a set within NEAR_TIE, no order."""
+    assert {(d["batch"], d["prompts"], d["request"], d["position"]) for d, _ in eager} == NEAR_TIES
+    assert _far_from_the_top(eager) == []
+
+
+def test_a_token_far_from_the_top_is_no_near_tie(eager):
+    """The check above fails where an engine's token is not one the model nearly chose: the least likely token
+    in place of the speculative engine's, at the first divergence."""
+    d, values = eager[0]
+    far = int(values["float32"].argmin())
+    found = _far_from_the_top([({**d, "speculative": far}, values)])
+    assert [(dtype, token) for _, dtype, token, _ in found] == [("float32", far), ("bfloat16", far)]
+    assert all(below > 1 for *_, below in found)
 
 
 def test_every_divergence_was_a_near_tie_on_the_h200_too():

@@ -52,14 +52,61 @@ def test_each_sbd_divergence_is_a_near_tie_of_the_model():
             assert set(row[dtype]["top2"]) == {row["speculative"], row["plain"]} and row[dtype]["gap"] <= 0.002, row
 
 
-def test_the_committed_margins_are_the_model_s():
-    """reference_margins.py again (a plain PyTorch forward of the favoured target) gives the committed rows."""
+def _committed_margins():
+    rows = [json.loads(line) for line in (RESULTS / "reference_margins.jsonl").read_text().splitlines()]
+    return [row for row in rows if row["label"] == "trs_sbd_nocg"]
+
+
+@pytest.fixture(scope="module")
+def again():
+    """reference_margins.py's plain PyTorch forward of the favoured target at each SBD divergence, on this CPU."""
     pytest.importorskip("torch")
     import reference_margins
 
-    committed = [json.loads(line) for line in (RESULTS / "reference_margins.jsonl").read_text().splitlines()]
-    again = reference_margins.margins(RESULTS, "trs_sbd_nocg", 29)
-    assert again == [{k: v for k, v in row.items() if k != "label"} for row in committed if row["label"] == "trs_sbd_nocg"]
+    return reference_margins.logprobs(RESULTS, "trs_sbd_nocg", 29)
+
+
+def _departures(committed, found):
+    """Where the committed rows are not the model's ``found`` again: a place or an engine's token (read from the
+    records: exact), or, per dtype, a committed top-two token whose log-probability below the top (0 for the
+    first, the gap for the second) is this CPU's beyond reference_margins.CPU_TOLERANCE. Near-tied tokens are
+    compared as a set: which comes first depends on the CPU's kernels."""
+    import reference_margins
+
+    keys = ("batch", "prompts", "request", "position", "speculative", "plain")
+    if [[row[k] for k in keys] for row in committed] != [[d[k] for k in keys] for d, _ in found]:
+        return ["places"]
+    departures = []
+    for row, (_, values) in zip(committed, found):
+        for dtype, tolerance in reference_margins.CPU_TOLERANCE.items():
+            below = reference_margins.below_top(values[dtype], row[dtype]["top2"])
+            for token, committed_below in zip(row[dtype]["top2"], (0.0, row[dtype]["gap"])):
+                if abs(below[token] - committed_below) > tolerance:
+                    departures.append((row["request"], dtype, token, committed_below, below[token]))
+    return departures
+
+
+def test_the_committed_margins_are_the_model_s(again):
+    """reference_margins.py again (a plain PyTorch forward of the favoured target) gives the committed rows."""
+    assert _departures(_committed_margins(), again) == []
+
+
+def test_a_wrong_committed_margin_is_found(again):
+    """The comparison above fails on a committed token far from the top, a wrong gap or a missing row, and not
+    on near-tied tokens in the other order (forcing other CPUs' kernels, MKL_CBWR=COMPATIBLE, gave float16
+    [29, 24888] at batch 32's request 11, where this CPU's is [24888, 29])."""
+    committed = _committed_margins()
+
+    def first_row(dtype, **changed):
+        return [{**committed[0], dtype: {**committed[0][dtype], **changed}}, *committed[1:]]
+
+    far = int(again[0][1]["float16"].argmin())
+    swapped = [{**row, "float16": {**row["float16"], "top2": row["float16"]["top2"][::-1]}} for row in committed]
+    assert _departures(swapped, again) == []
+    wrong_token = first_row("float16", top2=[committed[0]["float16"]["top2"][0], far])
+    assert [(d[1], d[2]) for d in _departures(wrong_token, again)] == [("float16", far)]
+    assert [d[1] for d in _departures(first_row("bfloat16", gap=0.1), again)] == ["bfloat16"]
+    assert _departures(committed[1:], again) == ["places"]
 
 
 def test_each_prompt_lookup_divergence_was_a_near_tie_on_the_h200():
