@@ -18,5 +18,5 @@ PYTHON=${PYTHON:-python3}
 .venv/bin/python -m pip install -q -e '.[test]' ./examples/prompt_lookup_drafter ./examples/sbd_drafter ./examples/dflash_block_drafter \
   ./examples/controlled_acceptance_drafter
 
-.venv/bin/sglang-spec-plugins check plugins.toml -n 4 --disable-overlap-schedule --attention-backend flashinfer
+.venv/bin/sglang-spec-plugins check plugins.toml -n 4 --attention-backend flashinfer
 .venv/bin/python examples/serve_demo.py "$@"

@@ -9,10 +9,11 @@ then serve a few requests with PROMPT_LOOKUP through SGLang's real scheduler.
    loader's start-up check runs and logs the widths it resolved; then what
    SGLang's width code answers, and each batch size's width.
 3. ``sglang-spec-plugins list``.
-4. Unless ``--no-serve``: three greedy requests through the release's real
-   ``Scheduler`` on this CPU (``sglang_spec_plugins.testing.scheduler_serve``:
-   a tiny random Llama, triton attention interpreted, about 30-60 s), and how
-   many tokens each verify step committed.
+4. Unless ``--no-serve``: three greedy requests and a sampled one through the
+   release's real ``Scheduler`` on this CPU, with SGLang's overlap scheduler on
+   (its default) (``sglang_spec_plugins.testing.scheduler_serve``: a tiny
+   random Llama, triton attention interpreted, about 30-60 s), and how many
+   tokens each verify step committed.
 """
 
 import json
@@ -27,7 +28,7 @@ from sglang_spec_plugins.testing.cpu import install_stand_ins, run_sglang_plugin
 ROOT = Path(__file__).resolve().parent.parent
 ALGORITHM, NUM_DRAFT_TOKENS = "PROMPT_LOOKUP", 4
 FLAGS = ["--speculative-algorithm", ALGORITHM, "--speculative-num-draft-tokens", str(NUM_DRAFT_TOKENS),
-         "--disable-overlap-schedule", "--attention-backend", "flashinfer"]
+         "--attention-backend", "flashinfer"]
 """The flags of the operator quick start's ``launch_server`` command (README)."""
 
 
@@ -55,10 +56,18 @@ def main(serve: bool) -> int:
     code = cli.main(["list"])
     if code or not serve:
         return code
-    print(f"\nServing 3 greedy requests with {ALGORITHM} through SGLang's real Scheduler on this CPU ...", flush=True)
+    print(f"\nServing 3 greedy requests and a sampled one with {ALGORITHM} through SGLang's real Scheduler on this "
+          "CPU, overlap on ...", flush=True)
+    from sglang_spec_plugins.testing.scheduler_serve import greedy_requests, request
+
+    requests = greedy_requests(16) + [request("sampled", [9, 200, 14, 77, 130, 41], 16, temperature=0.8, top_p=0.9)]
+    listed = Path(os.environ.get("TMPDIR", "/tmp")) / f"serve-demo-{os.getpid()}.json"
+    listed.write_text(json.dumps(requests))
     env = dict(os.environ, TRITON_INTERPRET="1")
     out = subprocess.run([sys.executable, "-m", "sglang_spec_plugins.testing.scheduler_serve", ALGORITHM, "--ndt",
-                          str(NUM_DRAFT_TOKENS), "--max-new-tokens", "16"], env=env, capture_output=True, text=True)
+                          str(NUM_DRAFT_TOKENS), "--requests", str(listed), "--overlap"], env=env, capture_output=True,
+                         text=True)
+    listed.unlink()
     lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
     result = json.loads(lines[-1]) if lines else {"served": False, "error": out.stderr[-3000:]}
     if not result["served"]:
@@ -69,7 +78,7 @@ def main(serve: bool) -> int:
               f"({(request['completion_tokens'] - 1) / max(request['spec_verify_ct'], 1):.1f} per step after the prefill's first token): {request['output_ids']}")
     print(f"  [batch size, tokens per request] of each TARGET_VERIFY step: {result['verify_steps']}")
     print(f"  (scheduler start {result['init_s']} s, serving {result['serve_s']} s; tests/on_sglang/test_scheduler_serve.py "
-          "checks these tokens equal plain greedy decoding's)")
+          "checks greedy tokens equal plain greedy decoding's, test_request_kinds_serve.py sampled ones' distribution)")
     return 0
 
 

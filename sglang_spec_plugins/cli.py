@@ -320,6 +320,13 @@ def _without_addresses(problem: str) -> str:
     return re.sub(r" at 0x[0-9a-fA-F]+", "", problem)
 
 
+def _request_kinds() -> str:
+    from .engine.request_kinds import summary
+    from .engine.worker_contract import contract
+
+    return summary(contract())
+
+
 def _dflash_sites() -> Dict[str, Any]:
     from .engine.dflash_sites import summary
 
@@ -370,6 +377,7 @@ def _doctor(args: argparse.Namespace) -> int:
             "dummy_run": found.dummy_run,
             "cpu_harness": harness,
             "dflash_sites": _dflash_sites() if found.installed else {},
+            "request_kinds": _request_kinds() if found.installed and not found.problems() else None,
         },
         "patches": {name: {"verdict": _verdict(name, plan.verdict), "reason": plan.reason} for name, plan in plans.items()},
         "attention_backends": backends,
@@ -398,6 +406,8 @@ def _doctor(args: argparse.Namespace) -> int:
             _say(args, f"  enum methods plugin algorithms inherit:  {', '.join(s['methods_taken_from_enum']) or 'none'}")
             _say(args, f"  decode CUDA-graph runner:                {s['graph_runner'] or 'not found'}")
             _say(args, f"  dummy run:                               {s['dummy_run'] or 'not found'}")
+            if s["request_kinds"]:
+                _say(args, f"  request kinds (the worker bases):        {s['request_kinds']}")
             sites = s["dflash_sites"]
             if sites:
                 refused = ", ".join(f"{n} with {c}" for c, n in sorted(sites["refused"].items())) or "none"

@@ -7,13 +7,15 @@ The package: ``pyproject.toml`` (the entry point in the group
 ``tests/test_plugin.py`` and a README saying what the author supplies. The
 worker is built on ``chain_worker_base()`` with a small real drafter (what
 followed the latest earlier occurrence of the last token), so the package
-serves token-identically to plain greedy decoding as generated. With
+serves every request exactly as plain decoding does (greedy token for token,
+sampled in distribution) as generated. With
 ``--draft-model`` the drafter has a draft model of its own (a DFlash-layout
 checkpoint from ``--speculative-draft-model-path``): the plugin declares a
 ``DraftModel``, its draft runner drafts a block and may verify, the target
 verifies the block's first ``verify_width`` tokens, and the worker is built
 on ``draft_block_worker_base()`` with SGLang's DFLASH's greedy drafts, so it
-serves token-identically to plain greedy decoding as generated.
+serves exactly as plain decoding does as generated. Both declare
+``supports_overlap=True``: the bases run under SGLang's overlap scheduler.
 """
 
 from __future__ import annotations
@@ -87,10 +89,9 @@ def _validate(server_args):
 
 @hookimpl
 def sgl_spec_algorithms():
-    # supports_overlap=False: the worker runs synchronously, and the operator passes
-    # --disable-overlap-schedule (SGLang refuses to start it otherwise).
+    # supports_overlap=True: the chain worker base runs under SGLang's overlap scheduler (its default).
     # has_draft_kv=False: no draft model, so no draft KV to size or transfer.
-    return [AlgorithmSpec(name=ALGORITHM, worker_factory=_worker_factory, supports_overlap=False,
+    return [AlgorithmSpec(name=ALGORITHM, worker_factory=_worker_factory, supports_overlap=True,
                           validate_server_args=_validate, capabilities={{"has_draft_kv": False}})]
 
 
@@ -167,8 +168,9 @@ def _validate(server_args):
 def sgl_spec_algorithms():
     # DraftModel(): the target captures the hidden states of the layers the draft config names,
     # the draft KV pool is counted in the target's KV budget, the draft's CUDA graphs take
-    # input_embeds (what SGLang gives only its DFLASH family otherwise).
-    return [AlgorithmSpec(name=ALGORITHM, worker_factory=_worker_factory, supports_overlap=False,
+    # input_embeds (what SGLang gives only its DFLASH family otherwise). supports_overlap=True: the block
+    # worker base runs under SGLang's overlap scheduler (its default).
+    return [AlgorithmSpec(name=ALGORITHM, worker_factory=_worker_factory, supports_overlap=True,
                           validate_server_args=_validate, draft_model=DraftModel())]
 
 
@@ -193,15 +195,18 @@ def sgl_spec_draft_may_verify(algorithm, settings):
 DRAFT_MODEL_WORKER = '''\
 """The worker SGLang instantiates for {algorithm} (this module imports SGLang).
 
-draft_block_worker_base() (sglang_spec_plugins.worker) is the whole greedy decode step of a
-DFLASH-style block drafter, on every release 0.5.14+: each decode step the draft model (the
+draft_block_worker_base() (sglang_spec_plugins.worker) is the whole decode step of a
+DFLASH-style block drafter, on every release 0.5.14+, under SGLang's overlap scheduler or without
+it: each decode step the draft model (the
 DFlash-layout checkpoint at --speculative-draft-model-path, ``self.draft_runner.model``) runs the
 block ``[last token, mask...]`` of ``self.block`` tokens per request in one forward on its own
 runner, ``drafts`` turns its hidden states into the block's drafts, the target verifies the first
-``self.width`` tokens of ``[last token, drafts...]`` and commits the longest prefix of drafts it
-agrees with plus its own next token, and the verified tokens' hidden states become the draft's
-context KV. Outputs are plain greedy decoding's whatever the drafts are; with verify_width the whole
-block and the generated ``drafts``, it drafts token for token as SGLang's own DFLASH.
+``self.width`` tokens of ``[last token, drafts...]`` and commits what verification accepts (greedy
+requests as plain greedy decoding, sampled ones as plain sampling, penalties, grammars and logprobs
+as plain decoding's), and the verified tokens' hidden states become the draft's context KV. Outputs
+are plain decoding's whatever the drafts are; with verify_width the whole block and the generated
+``drafts``, it drafts token for token as SGLang's own DFLASH. A ``drafts`` that raises or returns
+the wrong shape or token ids is logged and the step goes on without it: the server never stops.
 
 What you replace is ``drafts`` (``self.lm_head`` and ``self.embedding`` are the target's), and
 optionally ``refusal(req)``. ``self.policy.settings`` is this algorithm's plugins.toml table.
@@ -223,18 +228,21 @@ class Worker(draft_block_worker_base()):
 WORKER = '''\
 """The worker SGLang instantiates for {algorithm} (this module imports SGLang).
 
-chain_worker_base() (sglang_spec_plugins.worker) is the whole greedy decode step of a model-free
-chain drafter, on every release 0.5.14+: each decode step it asks ``drafts`` for each request's
-drafts, runs the target's TARGET_VERIFY forward over ``[last token, drafts...]`` at the step's
-width, and commits the longest prefix of drafts the target agrees with plus the target's own next
-token. Outputs are plain greedy decoding's whatever the drafts are; good drafts commit more tokens
-per step. Requests greedy verification cannot serve exactly (temperature > 0, penalties, logprobs,
-grammars, ...) are refused one by one at their prefill.
+chain_worker_base() (sglang_spec_plugins.worker) is the whole decode step of a model-free chain
+drafter, on every release 0.5.14+, under SGLang's overlap scheduler or without it: each decode
+step it asks ``drafts`` for each request's drafts, runs the target's TARGET_VERIFY forward over
+``[last token, drafts...]`` at the step's width, and commits what verification accepts: greedy
+requests exactly plain greedy decoding's tokens, sampled ones (temperature, top-k, top-p, min-p)
+distributed exactly as plain sampling's, penalties, logit_bias, min_new_tokens and grammars applied
+at every position as plain decoding applies them, logprobs returned. Whatever the drafts, the output
+is plain decoding's; good drafts commit more tokens per step. A fault of your code (an exception, a
+wrong answer) never stops the server: the step goes on without your answer and logs it.
 
 What you replace is ``drafts``. You may also replace ``step_width(batch)`` (the step's width; the
-framework's by default), ``verified(batch, drafts, predicted, accept_lens)`` (called after each
-verify, for a drafter that learns from the target) and ``refusal(req)``. ``self.policy.settings``
-is this algorithm's plugins.toml table; ``self.widths`` its widths (StepWidths).
+framework's by default) and ``refusal(req)``; ``self.carried(req)`` gives, inside a step, the
+target's tokens past what the request committed at its last step (for a drafter that learns from
+the target). ``self.policy.settings`` is this algorithm's plugins.toml table; ``self.widths`` its
+widths (StepWidths).
 """
 
 from typing import List
@@ -284,7 +292,7 @@ it has no PyPI release yet)
   verifies and accepts every decode step; outputs are plain greedy decoding's whatever the drafts.
   `drafts(req, tokens, count)` is the drafter: as generated, it drafts what followed the latest
   earlier occurrence of the last token. Replace it with yours (and, optionally, `step_width`,
-  `verified`, `refusal`).
+  `refusal`).
 - `{module}/plugin.py`: the verify width (`sgl_spec_verify_width`), its maximum, widths by batch
   size, `supports_overlap`, and `validate_server_args` (the chain worker's release check, SGLang 0.5.14+).
 
@@ -293,12 +301,13 @@ it has no PyPI release yet)
 ```bash
 pip install -e '.[test]'
 pytest                                   # your tests + the sglang-spec-plugins conformance kit
-sglang-spec-plugins check -n 16 --disable-overlap-schedule   # what SGLang will be told, with the flags below
+sglang-spec-plugins check -n 16                # what SGLang will be told, with the flags below
 python -m sglang.launch_server --model-path ... --speculative-algorithm {algorithm} \\
-    --speculative-num-draft-tokens 16 --disable-overlap-schedule
+    --speculative-num-draft-tokens 16
 ```
 
-`--disable-overlap-schedule` is needed while `supports_overlap=False`.
+The worker runs under SGLang's overlap scheduler (its default) and serves greedy, sampled,
+penalised, logprob and grammar requests exactly as plain decoding does.
 
 Widths by batch size (fewer tokens per request as the batch grows), from the plugin's
 `sgl_spec_widths_by_batch_size` or, with no code, from the server's plugins.toml:
@@ -346,9 +355,9 @@ it has no PyPI release yet) (entry point `{module}` in the group `sglang_spec_pl
 ```bash
 pip install -e '.[test]'
 pytest                                   # your tests + the sglang-spec-plugins conformance kit
-sglang-spec-plugins check -n 16 --model-path TARGET --speculative-draft-model-path DRAFT --disable-overlap-schedule
+sglang-spec-plugins check -n 16 --model-path TARGET --speculative-draft-model-path DRAFT
 python -m sglang.launch_server --model-path TARGET --speculative-algorithm {algorithm} \\
-    --speculative-draft-model-path DRAFT --speculative-num-draft-tokens 16 --disable-overlap-schedule
+    --speculative-draft-model-path DRAFT --speculative-num-draft-tokens 16
 ```
 
 `DRAFT` is a checkpoint in SGLang's DFlash layout (`"architectures": ["DFlashDraftModel"]`, the

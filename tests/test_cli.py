@@ -52,7 +52,7 @@ def test_list_json_shows_example_hooks_with_distribution_and_version(cli):
     assert [i["plugin"] for i in data["hooks"]["sgl_spec_draft_may_verify"]] == ["dflash_block"]
     assert data["algorithms"]["SBD"]["plugin"] == "sbd"
     assert data["algorithms"]["SBD"]["settings"] == {"verify_width": 8}
-    assert data["algorithms"]["DFLASH_BLOCK"]["supports_overlap"] is False
+    assert data["algorithms"]["DFLASH_BLOCK"]["supports_overlap"] is True
     assert (data["algorithms"]["SBD"]["verify_shape"], data["algorithms"]["SBD"]["capabilities"]) == ("chain", {"has_draft_kv": False})
 
 
@@ -61,7 +61,7 @@ def test_list_text(cli):
     status, out, _ = cli("list")
     assert status == 0
     assert "sgl_spec_verify_width" in out
-    assert "SBD              plugin sbd (sglang-spec-example-sbd==0.1.0), overlap=False" in out
+    assert "SBD              plugin sbd (sglang-spec-example-sbd==0.1.0), overlap=True" in out
 
 
 @pytest.mark.sglang
@@ -138,8 +138,28 @@ def test_check_predicts_sglangs_refusals(cli, tmp_path):
              f"{draft / 'config.json'} dflash_config.block_size = 16: the draft runner drafts blocks of 8 at "
              "--speculative-num-draft-tokens 8; serve it with --speculative-num-draft-tokens 16")
     assert block in problems, problems
-    assert any("algorithm DFLASH_BLOCK: supports_overlap=False: SGLang" in p and "--disable-overlap-schedule" in p
-               for p in problems), problems
+    assert json.loads(out)["sglang"]["modes"]["DFLASH_BLOCK"] == {
+        "overlap": True, "why": "overlapped: supports_overlap=True and SGLang's overlap scheduler (its default)"}
+
+
+@pytest.mark.sglang
+def test_check_says_a_synchronous_drafter_needs_the_flag_and_runs_synchronously(cli, site, tmp_path):
+    """A plugin that still declares supports_overlap=False: refused with overlap left on where the release refuses
+    it (0.5.12+), served synchronously with --disable-overlap-schedule; check says which and why."""
+    from sglang_spec_plugins.engine.worker_contract import contract
+
+    site.add("sync-drafter", {"sync": "sync_mod"}, {"sync_mod": simple_plugin("SYNC", width="2")})
+    (tmp_path / "sync.toml").write_text("[plugins]\nenable = ['sync']\n")
+    status, out, _ = cli("check", tmp_path / "sync.toml", "-n", "4", "--single-process", "--json")
+    data = json.loads(out)
+    if contract().overlap_refused:
+        assert status == 1
+        assert any(p.startswith("plugin 'sync' (sync-drafter==1.0): algorithm SYNC: supports_overlap=False: SGLang ")
+                   and p.endswith("refuses to start it without --disable-overlap-schedule") for p in data["problems"])
+    assert data["sglang"]["modes"]["SYNC"]["overlap"] is False
+    _, out, _ = cli("check", tmp_path / "sync.toml", "-n", "4", "--single-process", "--disable-overlap-schedule", "--json")
+    assert json.loads(out)["sglang"]["modes"]["SYNC"] == {"overlap": False,
+                                                         "why": "synchronous: --disable-overlap-schedule"}
 
 
 @pytest.mark.sglang

@@ -29,9 +29,17 @@ def served(contract: Any) -> Dict[str, Optional[str]]:
     found = {kind: None for kind in KINDS}
     if contract.release is not None and contract.spec_logprobs is None:
         found["return_logprob"] = f"SGLang {contract.release} has no spec-verify logprob function"
-    found["custom_logit_processor"] = ("a custom logit processor sees one position per call, not a chain's "
-                                       "(SGLang's own drafters do not apply it to drafts either)")
+    found["custom_logit_processor"] = ("it sees one position per call, not a chain's; SGLang's own drafters do not "
+                                       "apply it to drafts either")
     return found
+
+
+def summary(contract: Any) -> str:
+    """One line of what the bases serve on the release ``contract`` describes, and what they refuse, why."""
+    kinds = served(contract)
+    refused = [f"{kind} ({why})" for kind, why in kinds.items() if why is not None]
+    return (f"serves {', '.join(kind for kind, why in kinds.items() if why is None)}"
+            + (f"; refuses {'; '.join(refused)}" if refused else ""))
 
 
 def refusal_head(algorithm: str) -> str:

@@ -115,6 +115,19 @@ def overlap_flag_needed(supports_overlap: bool, found: WorkerContract) -> Option
     return OVERLAP_FLAG if found.overlap_refused and not supports_overlap else None
 
 
+def overlap_mode(supports_overlap: bool, disable_overlap: bool, found: WorkerContract) -> Tuple[bool, str]:
+    """``(overlapped, why)``: whether the release runs an algorithm with this
+    ``supports_overlap`` under its overlap scheduler, given ``--disable-overlap-schedule``."""
+    if disable_overlap:
+        return False, "synchronous: --disable-overlap-schedule"
+    if not supports_overlap:
+        return False, (f"refused: supports_overlap=False needs {OVERLAP_FLAG}" if found.overlap_refused
+                       else "synchronous: supports_overlap=False")
+    if not found.overlap_schema:
+        return False, f"refused: SGLang {found.release} has no V2 overlap schema for plugin workers (0.5.14+)"
+    return True, "overlapped: supports_overlap=True and SGLang's overlap scheduler (its default)"
+
+
 def check_worker(worker_cls: object, found: WorkerContract) -> List[str]:
     """Why ``worker_cls`` does not fit the release ``found`` describes; empty
     when it fits. Each line names the member or keyword and the release, and

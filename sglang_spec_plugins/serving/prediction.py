@@ -29,11 +29,13 @@ def predict(
     draft_model_path: Optional[str] = None,
     capture_sizes: Optional[Sequence[int]] = None,
 ) -> Dict[str, Any]:
-    """``{"version", "summary", "lines", "problems", "backends", "not_run"}`` for the
+    """``{"version", "summary", "lines", "problems", "backends", "modes", "not_run"}`` for the
     installed SGLang (``not_run``: where it is not installed, the plugin code
     it could not run). ``backends`` says, per algorithm, ndt and worker (the
     target, and the draft worker where it verifies), what each attention
-    backend does with that width and verify shape
+    backend does with that width and verify shape; ``modes`` whether each runs
+    under SGLang's overlap scheduler and why; ``lines`` also say which request
+    kinds the worker bases serve on the release
     (``attention_backend`` alone when the operator names one; a refusal of
     that one is a problem). ``dp_attention``: the server runs attention
     data-parallel (``--enable-dp-attention``, ``--attn-dp-size`` above 1);
@@ -47,7 +49,7 @@ def predict(
         not_run = [_not_run(plugin_set.algorithms[name]) for name in policies]
         return {"version": None, "summary": f"not installed here; not run: {'; '.join(not_run)}, and the checks on "
                                             "the SGLang release" if not_run else "not installed here",
-                "lines": [], "problems": [], "backends": {}, "cpu_harness": None, "not_run": not_run}
+                "lines": [], "problems": [], "backends": {}, "modes": {}, "cpu_harness": None, "not_run": not_run}
     problems: List[str] = []
     lines: List[str] = []
     names = ", ".join(policies) or "no algorithm"
@@ -59,10 +61,11 @@ def predict(
         if policies:
             problems.append(f"SGLang {found.version} cannot serve {names}: {'; '.join(reasons)}; the loader will register nothing")
         return {"version": found.version, "summary": f"{found.version}: cannot serve plugin algorithms", "lines": reasons,
-                "problems": problems, "backends": {}, "cpu_harness": harness, "not_run": []}
+                "problems": problems, "backends": {}, "modes": {}, "cpu_harness": harness, "not_run": []}
 
     from ..engine.facts import DRAFT, TARGET
-    from ..engine.worker_contract import contract
+    from ..engine.request_kinds import summary as kinds_summary
+    from ..engine.worker_contract import contract, overlap_mode
     from ..patches.attention_support import KNOWN_BACKENDS, support_at_widths
     from ..patches.support import Serving
     from .startup_check import dp_attention_faults, faults, verifying_workers
@@ -75,9 +78,15 @@ def predict(
         problems.append(f"--attention-backend {attention_backend}: SGLang {found.version} has no such attention backend "
                         f"(it accepts: {', '.join(known)})")
     named = {TARGET: attention_backend, DRAFT: attention_backend} if attention_backend else {}
+    modes: Dict[str, Dict[str, Any]] = {}
+    if policies:
+        lines.append(f"request kinds (the worker bases of sglang_spec_plugins.worker): {kinds_summary(release)}")
     for name, policy in policies.items():
         offered = plugin_set.algorithms[name]
         origin = plugin_set.error(offered.plugin, f"algorithm {name}")
+        overlapped, why = overlap_mode(offered.spec.supports_overlap, disable_overlap, release)
+        modes[name] = {"overlap": overlapped, "why": why}
+        lines.append(f"{name} runs {why}")
         for ndt in ndts or [None]:
             try:
                 args = server_args(name, ndt, disable_overlap, dp_attention, model_path, draft_model_path)
@@ -111,8 +120,8 @@ def predict(
                     backends.setdefault(name, {}).setdefault(str(ndt), {}).setdefault(worker, {})[backend] = {
                         "verdict": support.verdict, "reason": at + support.reason}
     return {"version": found.version, "summary": f"{found.version}: can serve plugin algorithms", "lines": lines,
-            "problems": sorted(set(problems), key=problems.index), "backends": backends, "cpu_harness": harness,
-            "not_run": []}
+            "problems": sorted(set(problems), key=problems.index), "backends": backends, "modes": modes,
+            "cpu_harness": harness, "not_run": []}
 
 
 def _not_run(offered) -> str:
