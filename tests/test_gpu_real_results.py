@@ -166,7 +166,7 @@ def test_the_committed_device_run_reads_back():
     train = json.loads((COMMITTED / "train.json").read_text())
     assert train["target"]["held_out"]["perplexity"] > 1 and train["draft"]["acceptance"]["all"]["tokens_per_step"]
     records = compare.load(COMMITTED)
-    for prefix in sorted({label.split("_")[0] for label in records}):
+    for prefix in sorted({label.split("_")[0] for label in records} - {"warm"}):  # warm_*: untimed JIT warm-up engines
         rows = compare.real_cells(records, prefix)
         assert rows and compare.real_markdown(records, prefix)
         for row in rows:

@@ -77,6 +77,16 @@ def read_prompts(path: Union[str, os.PathLike], max_new_tokens: int = 20) -> Lis
     return [request(f"{kind}-{i}", ids, max_new_tokens) for kind, found in kinds.items() for i, ids in enumerate(found)]
 
 
+def overlap_on_a_cpu() -> bool:
+    """Whether the installed release's overlap scheduler can drive a speculative worker on a CPU: its
+    ``FutureMap._resolve_spec_extras`` leaves ``record_stream`` out for CPU tensors (0.5.23; before, it
+    calls it on every tensor and torch rejects a CPU one: "unknown parameter type"). Read off the source."""
+    from ..engine.probe import method_source
+
+    found = method_source("sglang.srt.managers.overlap_utils", "FutureMap._resolve_spec_extras") or ""
+    return "record_stream" not in found or '"cpu"' in found
+
+
 def request(rid: str, input_ids: Sequence[int], max_new_tokens: int = 20, **options: Any) -> Dict[str, Any]:
     """A request spec, as :func:`serve` and ``--requests`` take it: ``options`` are
     SGLang's sampling parameters (``temperature``, ``top_p``, ``top_k``, ``min_p``,

@@ -1,7 +1,8 @@
 """A drafter's fault while serving never takes the server down nor changes a token, through SGLang's real scheduler.
 
 Each run serves the three greedy requests of ``testing.scheduler_serve`` (20
-tokens each) with the overlap scheduler on, as a server runs by default, with a
+tokens each) with the overlap scheduler on, as a server runs by default (where
+the release drives a speculative worker under it on a CPU: 0.5.23), with a
 worker that faults at chosen decode steps (``drafters.Faulty``: its ``drafts``
 raises or calls ``sys.exit`` for one request, returns one token too many or
 an id past the vocabulary; its ``step_width`` returns 0, -1 or 2.0 or asks
@@ -22,22 +23,23 @@ import pytest
 
 from sglang_spec_plugins.engine.worker_contract import contract
 from sglang_spec_plugins.testing.draft_checkpoint import accepting_draft, llama_target, read_weights
-from sglang_spec_plugins.testing.scheduler_serve import serve_in_a_process
+from sglang_spec_plugins.testing.scheduler_serve import overlap_on_a_cpu, serve_in_a_process
 from sglang_spec_plugins.testing.scheduler_start import TINY_LLAMA
 
 pytestmark = pytest.mark.skipif(
     not contract().overlap_schema,
     reason=f"the worker bases drive SGLang's V2 schema (0.5.14+); SGLang {contract().release} has none")
 
+OVERLAP = overlap_on_a_cpu()  # the overlap scheduler as a server runs it, where the release runs it on a CPU (0.5.23)
 PLUGIN = "plugin 'prompt_lookup' (sglang-spec-example-prompt-lookup==0.1.0): algorithm PROMPT_LOOKUP: "
 CHAIN_FAULTS = {1: "raise", 2: "exit", 3: "width_zero", 4: "width_negative", 5: "width_float", 6: "too_many",
                 7: "out_of_vocabulary", 8: "undeclared_width", 9: "slow"}
 EXPECTED = {
     1: "drafts(req, tokens, count) for request 'repetitive' raised RuntimeError: a drafter bug",
     2: "drafts(req, tokens, count) for request 'repetitive' raised SystemExit: 3",
-    3: "step_width(batch) returned 0, not one of the declared widths 2, 4",
-    4: "step_width(batch) returned -1, not one of the declared widths 2, 4",
-    5: "step_width(batch) returned 2.0, not one of the declared widths 2, 4",
+    3: "step_width(batch) returned 0, not one of the declared widths 4",
+    4: "step_width(batch) returned -1, not one of the declared widths 4",
+    5: "step_width(batch) returned 2.0, not one of the declared widths 4",
     6: "drafts(req, tokens, count) for request 'repetitive' returned 4 tokens, not 3",
     7: "drafts(req, tokens, count) for request 'repetitive' returned 1000000, not a token id in [0, 256)",
     8: "step_width(batch) raised PluginError: StepWidths.at(",  # the step's batch size
@@ -46,8 +48,7 @@ EXPECTED = {
 
 def _toml(faults, limit=None, algorithm="PROMPT_LOOKUP", plugin="prompt_lookup"):
     table = "{" + ", ".join(f'{step} = "{kind}"' for step, kind in faults.items()) + "}"
-    widths = "widths_by_batch_size = {1 = [2, 4]}\n" if algorithm == "PROMPT_LOOKUP" else ""
-    return (f'[plugins]\nenable = ["{plugin}"]\n[algorithms.{algorithm}]\n{widths}faults = {table}\n'
+    return (f'[plugins]\nenable = ["{plugin}"]\n[algorithms.{algorithm}]\nfaults = {table}\n'
             + (f"max_faulted_steps = {limit}\n" if limit is not None else ""))
 
 
@@ -66,13 +67,13 @@ def _outputs(result):
 def test_every_fault_of_a_chain_drafter_is_contained_and_named(plain, tmp_path):
     config = tmp_path / "plugins.toml"
     config.write_text(_toml({0: "refusal", **CHAIN_FAULTS}, limit=20))
-    served = serve_in_a_process("PROMPT_LOOKUP", config, ndt=4, max_new_tokens=20, overlap=True,
+    served = serve_in_a_process("PROMPT_LOOKUP", config, ndt=4, max_new_tokens=20, overlap=OVERLAP,
                                 worker="drafters:Faulty")
     assert _outputs(served) == _outputs(plain)
     warnings = [line for line in served["log"] if line.startswith("WARNING")]
     for step, expected in EXPECTED.items():
         assert any(PLUGIN + expected in line for line in warnings), (step, expected, warnings)
-    assert any(", width=7): the algorithm declares widths 2, 4 on the target worker at speculative_num_draft_tokens=4, "
+    assert any(", width=7): the algorithm declares widths 4 on the target worker at speculative_num_draft_tokens=4, "
                "not 7" in line for line in warnings), warnings
     assert any(PLUGIN + "refusal(req) for request 'mixed' raised RuntimeError: a refusal bug" in line
                for line in warnings), warnings
@@ -85,7 +86,7 @@ def test_every_fault_of_a_chain_drafter_is_contained_and_named(plain, tmp_path):
 def test_a_drafter_that_keeps_faulting_is_switched_off_and_the_rest_is_served_plainly(plain, tmp_path):
     config = tmp_path / "plugins.toml"
     config.write_text(_toml({step: "raise" for step in range(1, 5)}, limit=2))
-    served = serve_in_a_process("PROMPT_LOOKUP", config, ndt=4, max_new_tokens=20, overlap=True,
+    served = serve_in_a_process("PROMPT_LOOKUP", config, ndt=4, max_new_tokens=20, overlap=OVERLAP,
                                 worker="drafters:Faulty")
     assert _outputs(served) == _outputs(plain)
     errors = [line for line in served["log"] if line.startswith("ERROR")]
@@ -118,7 +119,7 @@ def test_every_fault_of_a_block_drafter_is_contained_and_named(tmp_path):
     config = tmp_path / "plugins.toml"
     config.write_text(_toml(BLOCK_FAULTS, algorithm="DFLASH_BLOCK", plugin="dflash_block"))
     served = serve_in_a_process("DFLASH_BLOCK", config, ndt=4, max_new_tokens=20, model=target, draft=draft,
-                                overlap=True, worker="drafters:FaultyBlock")
+                                overlap=OVERLAP, worker="drafters:FaultyBlock")
     assert _outputs(served) == _outputs(plain)
     warnings = "\n".join(served["log"])
     for expected in ("drafts(batch, hidden) raised ValueError: a draft-model drafter bug",
