@@ -1,6 +1,6 @@
 """A drafter's fault while serving never takes the server down nor changes a token, through SGLang's real scheduler.
 
-Each run serves the three greedy requests of ``testing.scheduler_serve`` (20
+Each run serves the three greedy requests of ``testing.scheduler_serve`` (32
 tokens each) with the overlap scheduler on, as a server runs by default (where
 the release drives a speculative worker under it on a CPU: 0.5.23), with a
 worker that faults at chosen decode steps (``drafters.Faulty``: its ``drafts``
@@ -32,18 +32,21 @@ pytestmark = pytest.mark.skipif(
 
 OVERLAP = overlap_on_a_cpu()  # the overlap scheduler as a server runs it, where the release runs it on a CPU (0.5.23)
 PLUGIN = "plugin 'prompt_lookup' (sglang-spec-example-prompt-lookup==0.1.0): algorithm PROMPT_LOOKUP: "
-CHAIN_FAULTS = {1: "raise", 2: "exit", 3: "width_zero", 4: "width_negative", 5: "width_float", 6: "too_many",
-                7: "out_of_vocabulary", 8: "undeclared_width", 9: "slow"}
+CHAIN_FAULTS = {1: "slow", 2: "raise", 3: "exit", 4: "too_many", 5: "out_of_vocabulary", 6: "width_zero",
+                7: "width_negative", 8: "width_float", 9: "undeclared_width"}
+"""Per-request faults first, while every request still decodes; then the step's width, which every request waits for."""
 EXPECTED = {
-    1: "drafts(req, tokens, count) for request 'repetitive' raised RuntimeError: a drafter bug",
-    2: "drafts(req, tokens, count) for request 'repetitive' raised SystemExit: 3",
-    3: "step_width(batch) returned 0, not one of the declared widths 4",
-    4: "step_width(batch) returned -1, not one of the declared widths 4",
-    5: "step_width(batch) returned 2.0, not one of the declared widths 4",
-    6: "drafts(req, tokens, count) for request 'repetitive' returned 4 tokens, not 3",
-    7: "drafts(req, tokens, count) for request 'repetitive' returned 1000000, not a token id in [0, 256)",
-    8: "step_width(batch) raised PluginError: StepWidths.at(",  # the step's batch size
+    2: "drafts(req, tokens, count) for request 'repetitive' raised RuntimeError: a drafter bug",
+    3: "drafts(req, tokens, count) for request 'repetitive' raised SystemExit: 3",
+    4: "drafts(req, tokens, count) for request 'repetitive' returned 4 tokens, not 3",
+    5: "drafts(req, tokens, count) for request 'repetitive' returned 1000000, not a token id in [0, 256)",
+    6: "step_width(batch) returned 0, not one of the declared widths 4",
+    7: "step_width(batch) returned -1, not one of the declared widths 4",
+    8: "step_width(batch) returned 2.0, not one of the declared widths 4",
+    9: "step_width(batch) raised PluginError: StepWidths.at(",  # the step's batch size
 }
+NEW_TOKENS = 32
+"""Long enough that every faulted step runs before the batch has finished."""
 
 
 def _toml(faults, limit=None, algorithm="PROMPT_LOOKUP", plugin="prompt_lookup"):
@@ -56,7 +59,7 @@ def _toml(faults, limit=None, algorithm="PROMPT_LOOKUP", plugin="prompt_lookup")
 def plain(tmp_path_factory):
     config = tmp_path_factory.mktemp("plain") / "plugins.toml"
     config.write_text("[plugins]\nenable = []\n")
-    return serve_in_a_process(None, config, ndt=4, max_new_tokens=20)
+    return serve_in_a_process(None, config, ndt=4, max_new_tokens=NEW_TOKENS)
 
 
 def _outputs(result):
@@ -67,7 +70,7 @@ def _outputs(result):
 def test_every_fault_of_a_chain_drafter_is_contained_and_named(plain, tmp_path):
     config = tmp_path / "plugins.toml"
     config.write_text(_toml({0: "refusal", **CHAIN_FAULTS}, limit=20))
-    served = serve_in_a_process("PROMPT_LOOKUP", config, ndt=4, max_new_tokens=20, overlap=OVERLAP,
+    served = serve_in_a_process("PROMPT_LOOKUP", config, ndt=4, max_new_tokens=NEW_TOKENS, overlap=OVERLAP,
                                 worker="drafters:Faulty")
     assert _outputs(served) == _outputs(plain)
     warnings = [line for line in served["log"] if line.startswith("WARNING")]
@@ -86,7 +89,7 @@ def test_every_fault_of_a_chain_drafter_is_contained_and_named(plain, tmp_path):
 def test_a_drafter_that_keeps_faulting_is_switched_off_and_the_rest_is_served_plainly(plain, tmp_path):
     config = tmp_path / "plugins.toml"
     config.write_text(_toml({step: "raise" for step in range(1, 5)}, limit=2))
-    served = serve_in_a_process("PROMPT_LOOKUP", config, ndt=4, max_new_tokens=20, overlap=OVERLAP,
+    served = serve_in_a_process("PROMPT_LOOKUP", config, ndt=4, max_new_tokens=NEW_TOKENS, overlap=OVERLAP,
                                 worker="drafters:Faulty")
     assert _outputs(served) == _outputs(plain)
     errors = [line for line in served["log"] if line.startswith("ERROR")]
@@ -115,10 +118,10 @@ def test_every_fault_of_a_block_drafter_is_contained_and_named(tmp_path):
                             target_layer_ids=[0])
     plain_config = tmp_path / "plain.toml"
     plain_config.write_text("[plugins]\nenable = []\n")
-    plain = serve_in_a_process(None, plain_config, ndt=4, max_new_tokens=20, model=target)
+    plain = serve_in_a_process(None, plain_config, ndt=4, max_new_tokens=NEW_TOKENS, model=target)
     config = tmp_path / "plugins.toml"
     config.write_text(_toml(BLOCK_FAULTS, algorithm="DFLASH_BLOCK", plugin="dflash_block"))
-    served = serve_in_a_process("DFLASH_BLOCK", config, ndt=4, max_new_tokens=20, model=target, draft=draft,
+    served = serve_in_a_process("DFLASH_BLOCK", config, ndt=4, max_new_tokens=NEW_TOKENS, model=target, draft=draft,
                                 overlap=OVERLAP, worker="drafters:FaultyBlock")
     assert _outputs(served) == _outputs(plain)
     warnings = "\n".join(served["log"])
