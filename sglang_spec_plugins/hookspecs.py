@@ -70,10 +70,13 @@ class AlgorithmSpec:
     module's top.
 
     ``supports_overlap``: whether the worker runs under SGLang's overlap
-    scheduler. If False (the default, as in SGLang's own registry), every
-    release 0.5.12-0.5.23 refuses to start unless
-    ``--disable-overlap-schedule`` is given, and drives the worker
-    synchronously.
+    scheduler (its default). True for a worker built on
+    ``sglang_spec_plugins.worker.chain_worker_base()`` or
+    ``draft_block_worker_base()``, which run under it on 0.5.14+ (and
+    synchronously under ``--disable-overlap-schedule``). If False (the
+    default, as in SGLang's own registry), every release 0.5.12-0.5.23 refuses
+    to start unless ``--disable-overlap-schedule`` is given, and drives the
+    worker synchronously.
 
     ``validate_server_args``: optional ``(server_args) -> None`` that raises
     ``ValueError`` to refuse a configuration; SGLang calls it while it

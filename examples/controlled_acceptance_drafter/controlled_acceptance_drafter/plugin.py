@@ -3,8 +3,10 @@
 It drafts, for each request, the target's own greedy continuation of the
 request's prompt, recorded from a plain run, keeping each draft token with
 probability ``acceptance`` (``draws.py``); verification and acceptance are
-PROMPT_LOOKUP's (its worker, with this drafting rule), so greedy outputs are
-exactly plain greedy decoding's. Where a request has no recorded
+PROMPT_LOOKUP's (its worker, with this drafting rule), so outputs are exactly
+plain decoding's (greedy token for token, sampled in distribution). The set
+acceptance is that of greedy requests: a sampled request accepts a draft with
+the target's probability of it. Where a request has no recorded
 continuation, or its output has left it (a kernel that rounds a near-tie the
 other way), it drafts by prompt lookup instead.
 
@@ -24,7 +26,9 @@ Settings (``[algorithms.CONTROLLED_ACCEPTANCE]`` in plugins.toml):
   ``max_tokens_per_req``, ``widths_by_batch_size``, ``widths_by_acceptance``:
   as PROMPT_LOOKUP's.
 
-Serving it: as PROMPT_LOOKUP (SGLang 0.5.14+, ``--disable-overlap-schedule``).
+Serving it: as PROMPT_LOOKUP (SGLang 0.5.14+, under SGLang's overlap scheduler
+or without it). A request whose ``custom_params["acceptance"]`` is not a
+number from 0 to 1 is refused with HTTP 400 naming it.
 """
 
 import json

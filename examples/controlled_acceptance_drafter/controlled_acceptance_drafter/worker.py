@@ -1,5 +1,8 @@
 """The CONTROLLED_ACCEPTANCE worker: PROMPT_LOOKUP's, drafting by ``draws.drafts`` and, where plugins.toml
-sets ``width_cycle``, choosing each step's width itself (imports SGLang)."""
+sets ``width_cycle``, choosing each step's width itself (imports SGLang).
+
+It drafts from the base's ``tokens`` (the request's prompt and every token it committed), never from
+``req.output_ids``, which under SGLang's overlap scheduler lags by the tokens of the step in flight."""
 
 from __future__ import annotations
 
@@ -49,7 +52,8 @@ class ControlledAcceptanceWorker(PromptLookupWorker):
 
     def drafts(self, req, tokens: List[int], count: int) -> List[int]:
         plan = self._plan(req)
-        planned = None if plan is None else drafts(*plan, req.output_ids, count, self.vocab_size)
+        output = tokens[len(req.origin_input_ids):]  # not req.output_ids: under overlap it lags the step in flight
+        planned = None if plan is None else drafts(*plan, output, count, self.vocab_size)
         return super().drafts(req, tokens, count) if planned is None else planned
 
     def _plan(self, req) -> Optional[Tuple[Sequence[int], List[bool]]]:

@@ -5,9 +5,9 @@ published DFlash checkpoint has) drafts a block of ``B`` tokens per request
 in one TARGET_VERIFY forward on its own draft runner, and the target
 verifies the first ``W <= B`` of them (``worker.py``): the draft runner's
 width and the target's differ, which the width hook's ``is_draft_worker``
-tells apart. Greedy decoding with it gives exactly the tokens plain greedy
-decoding gives; at ``W = B`` it drafts and verifies as SGLang's own
-``--speculative-algorithm DFLASH`` does.
+tells apart. Every request is decoded exactly as plain decoding decodes it
+(greedy token for token, sampled in distribution); at ``W = B`` it drafts and
+verifies as SGLang's own ``--speculative-algorithm DFLASH`` does.
 
 Settings (``[algorithms.DFLASH_BLOCK]`` in plugins.toml):
 
@@ -16,14 +16,15 @@ Settings (``[algorithms.DFLASH_BLOCK]`` in plugins.toml):
   scheduler reserves per step; SGLang's DFLASH always drafts that many); it
   must be the draft checkpoint's ``block_size``;
 * ``verify_width``: tokens the target verifies per request, the block's
-  first ``W`` (default, and at most: the whole block). Serving it (SGLang 0.5.14+):
-``--speculative-algorithm DFLASH_BLOCK --speculative-draft-model-path DRAFT
---speculative-num-draft-tokens B --disable-overlap-schedule`` (the worker
-runs synchronously; one GPU per model, ``--tp-size 1``). The draft
+  first ``W`` (default, and at most: the whole block).
+
+Serving it (SGLang 0.5.14+): ``--speculative-algorithm DFLASH_BLOCK
+--speculative-draft-model-path DRAFT --speculative-num-draft-tokens B``
+(one GPU per model, ``--tp-size 1``), under SGLang's overlap scheduler (its
+default; ``--disable-overlap-schedule`` runs it synchronously). The draft
 checkpoint is checked while SGLang resolves its arguments (architecture,
-hidden size, block size, mask token). Requests it cannot serve exactly
-(sampling with temperature > 0, penalties, logprobs, grammars, ...) are
-refused one by one; the server goes on.
+hidden size, block size, mask token). It serves the requests PROMPT_LOOKUP
+serves and refuses the same (HTTP 400 naming why); the server goes on.
 """
 
 from sglang_spec_plugins import AlgorithmSpec, DraftModel, hookimpl

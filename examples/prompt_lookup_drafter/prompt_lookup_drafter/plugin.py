@@ -3,9 +3,9 @@
 Each decode step it drafts, for every request, the tokens that followed the
 request's last n-gram earlier in its own prompt and output (``lookup.py``),
 verifies them with the target model in one TARGET_VERIFY forward at the
-plugin's width and commits the longest prefix the target agrees with, plus
-the target's own next token (``worker.py``, on ``chain_worker_base()``). Greedy decoding with it gives
-exactly the tokens plain greedy decoding gives.
+plugin's width and commits what verification accepts (``worker.py``, on
+``chain_worker_base()``): a greedy request exactly the tokens plain greedy
+decoding gives, a sampled one tokens distributed exactly as plain sampling's.
 
 Settings (``[algorithms.PROMPT_LOOKUP]`` in plugins.toml):
 
@@ -23,10 +23,13 @@ Settings (``[algorithms.PROMPT_LOOKUP]`` in plugins.toml):
   its bucket's, from the tokens the steps commit (1: plain decoding).
 
 Serving it (SGLang 0.5.14+, whose scheduler drives plugin workers on the V2
-schema): ``--speculative-algorithm PROMPT_LOOKUP --speculative-num-draft-tokens N
---disable-overlap-schedule`` (the worker runs synchronously). Requests it
-cannot serve exactly (sampling with temperature > 0, penalties, logit bias,
-logprobs, grammars) are refused one by one with a message; the server goes on.
+schema): ``--speculative-algorithm PROMPT_LOOKUP --speculative-num-draft-tokens N``,
+under SGLang's overlap scheduler (its default; ``--disable-overlap-schedule``
+runs it synchronously). It serves greedy, sampled, penalised, ``logit_bias``,
+``min_new_tokens``, logprob and grammar requests as plain decoding serves
+them; a request it cannot serve exactly (a custom logit processor, sampling
+under ``--enable-deterministic-inference``) is refused with HTTP 400 naming
+why, and the server goes on.
 """
 
 from sglang_spec_plugins import AlgorithmSpec, hookimpl, is_plain_int

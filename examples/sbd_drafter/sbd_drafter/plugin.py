@@ -4,10 +4,11 @@ Each decode step every request verifies, in one TARGET_VERIFY forward of the
 target, the chain ``[root, g_1..g_k, M, ..., M]`` of the step's width: its
 last committed token, the target's own guesses carried from the previous
 step (its argmax at the chain positions past what that step accepted: Jacobi
-iteration) and the mask token ``M`` for the rest (``blocks.py``). Greedy
-acceptance keeps the drafts equal to the target's argmax, so any target
-decodes exactly what plain greedy decoding does; a target trained for set
-block decoding predicts masked positions well and commits more per step. The
+iteration) and the mask token ``M`` for the rest (``blocks.py``).
+Verification (the chain base's) decides what commits, so any target decodes
+every request exactly as plain decoding does (greedy token for token, sampled
+in distribution); a target trained for set block decoding predicts masked
+positions well and commits more per step. The
 worker picks each step's width itself (``StepWidths.at(batch_size, width)``):
 the smallest of the batch's widths that holds the root, the most guesses a
 request of the batch carries and ``mask_block`` masks, else the largest
@@ -23,8 +24,8 @@ Settings (``[algorithms.SBD]`` in plugins.toml):
   ``{1 = [2, 4, 8], 8 = [2, 4]}``), ``widths_by_acceptance`` (framework keys):
   as PROMPT_LOOKUP's; with one width the width is fixed.
 
-Serving it: as PROMPT_LOOKUP (SGLang 0.5.14+, ``--disable-overlap-schedule``;
-requests greedy verification cannot serve exactly are refused one by one).
+Serving it: as PROMPT_LOOKUP (SGLang 0.5.14+, under SGLang's overlap scheduler
+or without it; the same requests served, the same refused).
 """
 
 from typing import Optional, Tuple
