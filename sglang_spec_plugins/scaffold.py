@@ -289,7 +289,8 @@ it has no PyPI release yet)
 ## What you supply
 
 - `{module}/worker.py`: the worker SGLang instantiates, built on `chain_worker_base()`, which drafts,
-  verifies and accepts every decode step; outputs are plain greedy decoding's whatever the drafts.
+  verifies and accepts every decode step; outputs are plain decoding's whatever the drafts (greedy token for
+  token, sampled in distribution).
   `drafts(req, tokens, count)` is the drafter: as generated, it drafts what followed the latest
   earlier occurrence of the last token. Replace it with yours (and, optionally, `step_width`,
   `refusal`).
@@ -344,7 +345,8 @@ it has no PyPI release yet) (entry point `{module}` in the group `sglang_spec_pl
 
 - `{module}/worker.py`: the worker SGLang instantiates, built on `draft_block_worker_base()`, which
   drafts a block with the draft model, verifies part of it with the target and accepts, every decode
-  step; outputs are plain greedy decoding's whatever the drafts. `drafts(batch, hidden)` turns the
+  step; outputs are plain decoding's whatever the drafts (greedy token for token, sampled in distribution).
+  `drafts(batch, hidden)` turns the
   draft model's hidden states into the block's drafts: as generated, the target's LM head, greedy
   (SGLang's DFLASH's rule). Replace it with yours.
 - `{module}/plugin.py`: the widths (the draft runner's block, the target's verify width), the

@@ -82,9 +82,9 @@ def chain_worker_base() -> type:
     replace ``step_width`` and ``refusal``. It has ``self.widths``
     (:class:`StepWidths` of the target's runner), ``self.policy``
     (:func:`policy_for`: ``.settings``, ``.algorithm``), and, inside a step,
-    ``self.carried(req)``: the target's tokens past what ``req`` committed at its
-    latest step (its argmax, or its draws for a sampled request), guesses for
-    the positions after the new root. Its plugin makes
+    ``self.carried(req)``: the target's argmax at the chain positions past what
+    ``req`` committed at its latest step, guesses for the positions after the
+    new root. Its plugin makes
     :func:`require_chain_release` its ``validate_server_args`` and may declare
     ``supports_overlap=True``."""
     # SGLang first: where it is missing, the ImportError names it (the kit then skips SGLang's checks)
@@ -130,8 +130,8 @@ def chain_worker_base() -> type:
             return refusal(req, self.policy.algorithm, self._contract, self._deterministic)
 
         def carried(self, req) -> List[int]:
-            """Inside a decode step: the target's tokens past what ``req`` committed at its
-            latest step (empty after its prefill)."""
+            """Inside a decode step: the target's argmax at the chain positions past what ``req``
+            committed at its latest step (empty after its prefill)."""
             if self._latest is None:
                 with allowed_sync():  # the step before's tokens: read once, where the step asks
                     self._latest = self._relay.read(self._batch.req_pool_indices)
