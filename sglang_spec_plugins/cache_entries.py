@@ -12,8 +12,7 @@ once: each writes a file of its own in the directory and renames it over the
 entry (atomic on POSIX), so a reader sees a whole entry or none. An entry
 that cannot be read or decoded, or holds another key, is no entry; a
 directory that cannot be written is skipped. Nothing here raises: the cache
-can make a start faster, never stop one. Entries are JSON; the one
-exception, compiled code of rebuilt SGLang functions, is :mod:`.patches.code_cache`'s.
+can make a start faster, never stop one. Entries are JSON.
 """
 
 from __future__ import annotations

@@ -16,13 +16,12 @@ from __future__ import annotations
 import os
 import re
 import stat
+import sys
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, List, Mapping, NamedTuple, Optional, Tuple
 
-from . import toml_documents
 from .errors import ConfigError, closest, is_plain_int
-from .records import record_tuple
 
 if TYPE_CHECKING:  # imported where a table has the key
     from .widths_by_acceptance import AcceptanceSettings
@@ -72,15 +71,14 @@ MAX_NESTING = 32
 def valid_algorithm_name(name: Any) -> bool:
     """An algorithm name is ASCII: a letter, then letters, digits or ``_``
     (it becomes a command-line value and a Python attribute in SGLang)."""
-    return isinstance(name, str) and name.isascii() and name[:1].isalpha() and name.replace("_", "0").isalnum()
+    return isinstance(name, str) and re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", name) is not None
 
 
 _NOTHING: Mapping[str, Any] = MappingProxyType({})
 """An empty read-only mapping (the default of the mappings below)."""
 
 
-@record_tuple
-class AlgorithmConfig:
+class AlgorithmConfig(NamedTuple):
     """One ``[algorithms.NAME]`` table.
 
     ``plugin``: the entry-point name of the plugin that must serve it (needed
@@ -103,8 +101,7 @@ class AlgorithmConfig:
     widths_by_acceptance: Optional[AcceptanceSettings] = None
 
 
-@record_tuple
-class Config:
+class Config(NamedTuple):
     """The whole of plugins.toml, validated and immutable.
 
     ``source`` is the file it came from (None: built-in defaults).
@@ -209,22 +206,26 @@ def load(path: Optional[Path] = None, *, environ: Mapping[str, str] = os.environ
         data = Path(path).read_bytes()
     except OSError as exc:
         raise ConfigError([f"{path}: cannot read: {_os_reason(exc)}"]) from None
-    return parse(decode(data, Path(path), environ), source=Path(path))
+    return parse(decode(data, Path(path)), source=Path(path))
 
 
-def decode(data: bytes, where: Path, environ: Mapping[str, str] = os.environ) -> Mapping[str, Any]:
-    """The TOML document in ``data`` (UTF-8, a leading byte-order mark allowed;
-    parsed, or kept from an earlier process: :mod:`.toml_documents`)."""
+def decode(data: bytes, where: Path) -> Mapping[str, Any]:
+    """The TOML document in ``data`` (UTF-8, a leading byte-order mark allowed)."""
     try:
-        text = data.decode("utf-8").removeprefix("\ufeff")  # as "utf-8-sig" (whose codec is one more import)
+        text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
-        raise ConfigError([f"{where}: not UTF-8 text: byte 0x{data[exc.start]:02x} at line {line}, column {column}"]) from None
+        read = exc.object  # the bytes after a byte-order mark
+        line = read[: exc.start].count(b"\n") + 1
+        column = exc.start - (read.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise ConfigError([f"{where}: not UTF-8 text: byte 0x{read[exc.start]:02x} at line {line}, column {column}"]) from None
     too_deep = ConfigError([f"{where}: arrays or tables nested more than {MAX_NESTING} levels deep"])
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - exercised on Python 3.10 only
+        import tomli as tomllib
     try:
-        document = toml_documents.loads(text, environ)
-    except toml_documents.TOMLError as exc:
+        document = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
         end = f"(at end of document, line {text.count(chr(10)) + 1})"
         raise ConfigError([f"{where}: not valid TOML: {str(exc).replace('(at end of document)', end)}"]) from None
     except RecursionError:  # the parser recurses once per level

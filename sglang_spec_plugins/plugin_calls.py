@@ -28,7 +28,6 @@ is how it is reported.
 
 from __future__ import annotations
 
-import _thread
 import contextlib
 import logging
 import os
@@ -150,10 +149,7 @@ class _Running:
     how many calls it is inside, ``os._exit`` raising :class:`OsExitCalled` in
     a thread inside one (other threads end the process as before). One daemon
     thread (started at the first call, again in a forked child) warns about
-    each call still running :data:`SLOW_S` seconds after it began. It is
-    started with ``_thread``, which does not wait for the new thread to run
-    (``threading.Thread.start`` does: 1-3 ms on a busy 2-core machine); like a
-    daemon thread, it does not hold up the exit."""
+    each call still running :data:`SLOW_S` seconds after it began."""
 
     def __init__(self):
         self._lock = threading.Lock()
@@ -166,7 +162,7 @@ class _Running:
         me = threading.get_ident()
         with self._lock:
             if not self._started:  # first: where it cannot start, nothing has changed
-                _thread.start_new_thread(self._warn_when_due, ())
+                threading.Thread(target=self._warn_when_due, name="sglang-spec-plugins-watch", daemon=True).start()
                 self._started = True
             self._deadlines[call] = time.monotonic() + SLOW_S
             _depth[me] = _depth.get(me, 0) + 1
@@ -183,7 +179,6 @@ class _Running:
                 os._exit = _real_exit
 
     def _warn_when_due(self) -> None:
-        threading.current_thread().name = "sglang-spec-plugins-watch"
         while True:
             with self._lock:
                 now = time.monotonic()
