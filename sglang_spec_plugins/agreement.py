@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 from .config import file_kind
-from .errors import SpecPluginError
+from .errors import SpecPluginError, printable
 
 AGREEMENT_ENV = "SGLANG_SPEC_PLUGINS_AGREEMENT"
 """Environment variable: the directory where this server's processes record their fingerprint and answers."""
@@ -134,7 +134,8 @@ def join(fingerprint: str, environ=os.environ) -> str:
     if first["value"] != fingerprint:
         raise DisagreementError(_fingerprint_message(fingerprint, first, where))
     _joined = where
-    return f"agreement {where}: fingerprint {fingerprint} " + ("recorded" if _is_me(first) else f"equals {first['process']}'s")
+    return printable(f"agreement {where}: fingerprint {fingerprint} "
+                     + ("recorded" if _is_me(first) else f"equals {first['process']}'s"))
 
 
 def agree(answer: Answer) -> None:

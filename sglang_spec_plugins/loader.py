@@ -24,7 +24,7 @@ import os
 from typing import Dict, List, Mapping, MutableMapping, NamedTuple, Optional, Tuple
 
 from . import __version__, agreement
-from .errors import SpecPluginError, StartupRefused
+from .errors import SpecPluginError, StartupRefused, printable
 from .plugin_calls import package_fault
 from .fingerprint import fingerprint
 from .plugins import PluginSet, discover_configured
@@ -67,11 +67,11 @@ def load(environ: MutableMapping[str, str] = os.environ) -> LoadReport:
         return _report
     plugin_set, policies = resolve(environ)
     for failure in plugin_set.failures:
-        logger.warning("sglang-spec-plugins: skipped plugin %s (on_error = \"skip\"): %s", failure.plugin, failure.message)
+        logger.warning("sglang-spec-plugins: skipped plugin %s (on_error = \"skip\"): %s", printable(failure.plugin), failure.message)
     for note in plugin_set.notes:
-        logger.debug("sglang-spec-plugins: %s", note)
+        logger.debug("sglang-spec-plugins: %s", printable(note))
     for info in plugin_set.plugins:
-        logger.debug("sglang-spec-plugins %s: loaded plugin %s from %s", __version__, info.label, info.module_file)
+        logger.debug("sglang-spec-plugins %s: loaded plugin %s from %s", __version__, info.label, printable(info.module_file))
 
     registered: Dict[str, object] = {}
     plans: Dict[str, object] = {}

@@ -36,7 +36,7 @@ import threading
 import time
 from typing import Dict, Iterator, Optional, TextIO
 
-from .errors import PluginError, PluginInterrupted, plugin_origin, type_name
+from .errors import PluginError, PluginInterrupted, plugin_origin, printable, type_name
 
 logger = logging.getLogger("sglang_spec_plugins")
 
@@ -72,7 +72,8 @@ class _PluginCode:
         self.plugin, self.distribution, self.what, self.failed, self.doing = plugin, distribution, what, failed, doing
 
     def slow_line(self) -> str:
-        return f"{plugin_origin(self.plugin, self.distribution)}: still {self.doing or 'running ' + self.what} after {SLOW_S} s"
+        return printable(f"{plugin_origin(self.plugin, self.distribution)}: still {self.doing or 'running ' + self.what} "
+                         f"after {SLOW_S} s")
 
     def __enter__(self) -> None:
         self._me = _running.enter(self)
@@ -88,7 +89,7 @@ class _PluginCode:
 
 
 def describe_exception(exc: BaseException) -> str:
-    """How a message names an exception plugin code raised."""
+    """How a message names an exception plugin code raised (:func:`~.errors.printable`)."""
     if isinstance(exc, OsExitCalled):
         return (f"os._exit (it called os._exit({exc.code!r}), which ends the process at once, with status {exc.code!r} "
                 "and no message; a plugin must raise instead)")
@@ -96,9 +97,9 @@ def describe_exception(exc: BaseException) -> str:
         return f"SystemExit (it called sys.exit({exc.code!r}))"
     name = type(exc).__name__ if isinstance(exc, Exception) else type_name(exc)
     try:
-        text = f"{name}: {exc}"
+        text = printable(f"{name}: {exc}")
     except Exception as unshown:  # its __str__ raises
-        return f"{name} (its message cannot be shown: str() of it raised {type(unshown).__name__}: {unshown})"
+        return printable(f"{name} (its message cannot be shown: str() of it raised {type(unshown).__name__}: {unshown})")
     if not isinstance(exc, Exception):  # e.g. pytest.skip(allow_module_level=True) outside pytest
         return f"{text} (a BaseException that is not an Exception)"
     return text
@@ -140,7 +141,7 @@ def report_stream() -> Iterator[TextIO]:
 
 def package_fault(exc: BaseException) -> str:
     """How an error raised outside any plugin's code is reported: a bug of this package."""
-    return f"unexpected {type(exc).__name__}: {exc} (a bug in sglang-spec-plugins; please report it)"
+    return printable(f"unexpected {type(exc).__name__}: {exc} (a bug in sglang-spec-plugins; please report it)")
 
 
 class _Running:

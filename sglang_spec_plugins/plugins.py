@@ -27,7 +27,7 @@ import pluggy
 from . import config as config_mod
 from . import hookspecs
 from .config import RESERVED_ALGORITHM_NAMES, AlgorithmConfig, Config, valid_algorithm_name
-from .errors import ConfigError, PluginError, closest, show, type_name
+from .errors import ConfigError, PluginError, closest, printable, show, type_name
 from .installed import plugin_entry_points
 from .plugin_calls import plugin_code
 
@@ -46,13 +46,13 @@ class PluginInfo(NamedTuple):
 
     @property
     def dist_label(self) -> Optional[str]:
-        """``dist==version``, or None for a plugin with no distribution."""
-        return f"{self.distribution}=={self.version}" if self.distribution else None
+        """``dist==version`` (:func:`~.errors.printable`), or None for a plugin with no distribution."""
+        return printable(f"{self.distribution}=={self.version}") if self.distribution else None
 
     @property
     def label(self) -> str:
-        """``name (dist==version)`` for log lines and messages."""
-        return f"{self.name} ({self.dist_label})" if self.distribution else self.name
+        """``name (dist==version)`` for log lines and messages (:func:`~.errors.printable`)."""
+        return printable(f"{self.name} ({self.dist_label})" if self.distribution else self.name)
 
 
 class OfferedAlgorithm(NamedTuple):
