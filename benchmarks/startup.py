@@ -45,11 +45,11 @@ off the source every time), ``cold`` (an empty cache directory: read and
 written, the first start after an install) and ``warm`` (the entry another
 process wrote). Each child records the 1-minute load average it started at.
 
-``--against DIR`` adds a third mode to each round: the loader of another
-revision (DIR holds its ``sglang_spec_plugins`` package, first on
-``sys.path``), so that two revisions are compared on the same host in the
-same minutes rather than across runs (a host's speed changes by 10-20% from
-one hour to the next).
+``--against DIR`` adds a third mode to each round: the loader (and the
+check) of another revision (DIR holds its ``sglang_spec_plugins`` package,
+first on ``sys.path``), so that two revisions are compared on the same host
+in the same minutes rather than across runs (a host's speed changes by
+10-20% from one hour to the next).
 
     .venv/bin/python benchmarks/startup.py --out benchmarks/results/startup.json
     git archive REV sglang_spec_plugins | tar -x -C DIR
@@ -377,14 +377,17 @@ def main() -> None:
                     if rep:
                         runs.setdefault((scenario, mode), []).append(row)
             for state in CACHE_STATES if check else ():
-                cold_cache = Path(tmp, f"cache-cold-{rep}")
-                cache = {"off": "off", "cold": str(cold_cache), "warm": str(warm_cache)}[state]
-                env = dict(base_env, SGLANG_SPEC_PLUGINS_CONFIG=str(check_toml), SGLANG_SPEC_PLUGINS_CACHE=cache)
-                env.pop("SGLANG_PLUGINS", None)
-                row = _run_child(env, check_toml.parent, "check")
-                shutil.rmtree(cold_cache, ignore_errors=True)
-                if rep:
-                    runs.setdefault(("check", state), []).append(row)
+                for mode in ("plugins", "against") if args.against else ("plugins",):
+                    cold_cache = Path(tmp, f"cache-cold-{rep}")
+                    cache = {"off": "off", "cold": str(cold_cache), "warm": str(warm_cache)}[state]
+                    env = dict(base_env, SGLANG_SPEC_PLUGINS_CONFIG=str(check_toml), SGLANG_SPEC_PLUGINS_CACHE=cache)
+                    env.pop("SGLANG_PLUGINS", None)
+                    if mode == "against":
+                        env["PYTHONPATH"] = os.pathsep.join([str(args.against.resolve()), env["PYTHONPATH"]])
+                    row = _run_child(env, check_toml.parent, "check")
+                    shutil.rmtree(cold_cache, ignore_errors=True)
+                    if rep:
+                        runs.setdefault(("check", state) if mode == "plugins" else ("check_against", state), []).append(row)
 
     med = lambda rows, key: statistics.median(r[key] for r in rows)  # noqa: E731
     summary = {}
@@ -423,6 +426,11 @@ def main() -> None:
                                                                              round(max(r["check_ms"] for r in rows), 1)],
             "resolve_ms": round(med(rows, "resolve_ms"), 1),
         }
+        if args.against:
+            other = runs[("check_against", state)]
+            summary[f"check_cache_{state}"]["against"] = {
+                "package": str(args.against), "check_ms": round(med(other, "check_ms"), 1),
+                "check_ms_range": [round(min(r["check_ms"] for r in other), 1), round(max(r["check_ms"] for r in other), 1)]}
     loads = [r["load_1m"] for rows in runs.values() for r in rows]
     print(f"load average (1 min) at the children's start: {min(loads):.2f} to {max(loads):.2f}")
     if loader:
@@ -443,6 +451,10 @@ def main() -> None:
         s = summary[f"check_cache_{state}"]
         print(f"start-up check, cache {state:<5} {s['check_ms']:>8} ms (range {s['check_ms_range'][0]} to "
               f"{s['check_ms_range'][1]}), SGLang's whole speculative-argument resolution {s['resolve_ms']} ms")
+        if args.against:
+            a = s["against"]
+            print(f"  against {a['check_ms']:>24} ms (range {a['check_ms_range'][0]} to {a['check_ms_range'][1]}), "
+                  f"{args.against}, in the same rounds")
     if args.out:
         import sglang
         import torch

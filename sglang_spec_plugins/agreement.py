@@ -43,11 +43,10 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 from .config import file_kind
-from .errors import SpecPluginError
-from .records import record_tuple
+from .errors import SpecPluginError, printable
 
 AGREEMENT_ENV = "SGLANG_SPEC_PLUGINS_AGREEMENT"
 """Environment variable: the directory where this server's processes record their fingerprint and answers."""
@@ -66,8 +65,7 @@ class DisagreementError(AgreementError):
     """Two processes of one server resolved different fingerprints or answers."""
 
 
-@record_tuple
-class Answer:
+class Answer(NamedTuple):
     """One answer that shapes a step, as processes compare it: ``key`` is what
     it answers (``"SBD: sgl_spec_verify_width(num_draft_tokens=8,
     is_draft_worker=False)"``), ``value`` the answer as JSON (None: one width
@@ -136,7 +134,8 @@ def join(fingerprint: str, environ=os.environ) -> str:
     if first["value"] != fingerprint:
         raise DisagreementError(_fingerprint_message(fingerprint, first, where))
     _joined = where
-    return f"agreement {where}: fingerprint {fingerprint} " + ("recorded" if _is_me(first) else f"equals {first['process']}'s")
+    return printable(f"agreement {where}: fingerprint {fingerprint} "
+                     + ("recorded" if _is_me(first) else f"equals {first['process']}'s"))
 
 
 def agree(answer: Answer) -> None:

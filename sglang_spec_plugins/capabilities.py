@@ -12,13 +12,10 @@ A declared capability the installed release does not ask is logged at load
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import Any, Mapping
-
-from .records import record_tuple
+from typing import Any, Mapping, NamedTuple
 
 
-@record_tuple
-class Capability:
+class Capability(NamedTuple):
     since: str
     """The first SGLang release that asks it."""
     default: bool

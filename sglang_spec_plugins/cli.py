@@ -23,7 +23,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from . import __version__
 from . import config as config_mod
 from . import agreement, answers, loader, ndt_grid, scaffold
-from .errors import SpecPluginError
+from .errors import SpecPluginError, printable
 from .fingerprint import fingerprint
 from .plugin_calls import package_fault, report_stream
 from .plugins import PluginSet, discover_configured
@@ -151,7 +151,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             except SpecPluginError as exc:
                 return _fail(args, _problems_of(exc))
             except KeyboardInterrupt as exc:  # Ctrl-C, or plugin code that raised it: stop now, saying where
-                print(f"error: {exc or 'interrupted (KeyboardInterrupt)'}", file=sys.stderr)
+                print(f"error: {printable(exc) or 'interrupted (KeyboardInterrupt)'}", file=sys.stderr)
                 return 130
             except Exception as exc:  # never a traceback for the operator; the message says where it came from
                 return _fail(args, [package_fault(exc)])
@@ -172,7 +172,8 @@ def _positive_int(text: str) -> int:
 
 
 def _say(args: argparse.Namespace, *parts: Any) -> None:
-    print(*parts, file=args.out)
+    """One line of the report, every part :func:`~.errors.printable` (names come from files and plugins)."""
+    print(*map(printable, parts), file=args.out)
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -225,7 +226,7 @@ def _buckets_text(plain: Dict[str, int]) -> str:
 
 def _check(args: argparse.Namespace) -> int:
     if args.path is not None:
-        config_mod.regular_file(args.path, str(args.path), missing_ok=False)
+        config_mod.regular_file(args.path, printable(args.path), missing_ok=False)
     plugin_set = discover_configured(args.path, collect=True)
     plugin_set, policies = build_policies(plugin_set, tolerate=True)
     problems: List[str] = [f.message for f in plugin_set.failures]
@@ -285,7 +286,7 @@ def _check(args: argparse.Namespace) -> int:
         _say(args, f"note: {note}")
     _say(args, f"fingerprint: {digest}")
     for problem in problems:
-        print(f"error: {problem}", file=sys.stderr)
+        print(f"error: {printable(problem)}", file=sys.stderr)
     if problems:
         _say(args, f"{len(problems)} problem(s)")
     else:
@@ -478,7 +479,7 @@ def _fail(args: argparse.Namespace, problems: List[str]) -> int:
         _print_json(args, {"ok": False, "problems": problems})
     else:
         for problem in problems:
-            print(f"error: {problem}", file=sys.stderr)
+            print(f"error: {printable(problem)}", file=sys.stderr)
     return 1
 
 

@@ -3,26 +3,30 @@
 The file is found through ``SGLANG_SPEC_PLUGINS_CONFIG`` (which must then
 name an existing file), else ``./plugins.toml``; with neither, the defaults
 apply (every installed plugin enabled, ``on_error = "fail"``, every offered
-algorithm enabled with no settings).
+algorithm enabled with no settings). A file another user could have written
+(:mod:`.ownership`) is refused, or read with a warning where
+``SGLANG_SPEC_PLUGINS_CONFIG_PERMISSIONS=warn`` says so.
 
 Parsing checks everything that can be checked without knowing which plugins
 are installed; every problem found is reported at once, each line naming the
-file, the table and the key. Cross-checks against the installed plugins live
+file actually read (where a symbolic link leads), the table and the key, with
+every name :func:`~.errors.printable`. Cross-checks against the installed plugins live
 in :mod:`sglang_spec_plugins.plugins`.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import stat
+import sys
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, List, Mapping, NamedTuple, Optional, Tuple
 
-from . import toml_documents
-from .errors import ConfigError, closest, is_plain_int
-from .records import record_tuple
+from .errors import ConfigError, closest, is_plain_int, printable, shown_path
+from .ownership import others_can_write
 
 if TYPE_CHECKING:  # imported where a table has the key
     from .widths_by_acceptance import AcceptanceSettings
@@ -30,6 +34,15 @@ if TYPE_CHECKING:  # imported where a table has the key
 
 CONFIG_ENV = "SGLANG_SPEC_PLUGINS_CONFIG"
 """Environment variable naming the plugins.toml to use."""
+
+PERMISSIONS_ENV = "SGLANG_SPEC_PLUGINS_CONFIG_PERMISSIONS"
+"""Environment variable: what a plugins.toml another user could have written
+gets: ``refuse`` (unset: the default) or ``warn`` (read, with a warning). Not
+a key of the file: whoever can write the file would set it."""
+
+PERMISSIONS_CHOICES = ("refuse", "warn")
+
+logger = logging.getLogger("sglang_spec_plugins")
 
 DEFAULT_FILENAME = "plugins.toml"
 
@@ -76,15 +89,14 @@ MAX_NESTING = 32
 def valid_algorithm_name(name: Any) -> bool:
     """An algorithm name is ASCII: a letter, then letters, digits or ``_``
     (it becomes a command-line value and a Python attribute in SGLang)."""
-    return isinstance(name, str) and name.isascii() and name[:1].isalpha() and name.replace("_", "0").isalnum()
+    return isinstance(name, str) and re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", name) is not None
 
 
 _NOTHING: Mapping[str, Any] = MappingProxyType({})
 """An empty read-only mapping (the default of the mappings below)."""
 
 
-@record_tuple
-class AlgorithmConfig:
+class AlgorithmConfig(NamedTuple):
     """One ``[algorithms.NAME]`` table.
 
     ``plugin``: the entry-point name of the plugin that must serve it (needed
@@ -111,8 +123,7 @@ class AlgorithmConfig:
     max_faulted_steps: Optional[int] = None
 
 
-@record_tuple
-class Config:
+class Config(NamedTuple):
     """The whole of plugins.toml, validated and immutable.
 
     ``source`` is the file it came from (None: built-in defaults).
@@ -127,8 +138,8 @@ class Config:
 
     @property
     def origin(self) -> str:
-        """How messages name this config: its path, or the defaults."""
-        return str(self.source) if self.source else "(built-in defaults)"
+        """How messages name this config: the file read (:func:`~.errors.shown_path`), or the defaults."""
+        return shown_path(self.source) if self.source else "(built-in defaults)"
 
     def as_plain(self) -> Mapping[str, Any]:
         """The settings as plain JSON-able data (no file path): equal files give equal data."""
@@ -161,12 +172,12 @@ def locate(cwd: Optional[Path] = None, environ: Mapping[str, str] = os.environ) 
     """
     named = environ.get(CONFIG_ENV)
     if named:
-        return regular_file(Path(named), f"{CONFIG_ENV}={named}", missing_ok=False)
+        return regular_file(Path(named), f"{CONFIG_ENV}={printable(named)}", missing_ok=False)
     try:
         local = (cwd or Path.cwd()) / DEFAULT_FILENAME
     except OSError as exc:
         raise ConfigError([f"./{DEFAULT_FILENAME}: cannot resolve the working directory: {_os_reason(exc)}"]) from None
-    return regular_file(local, str(local), missing_ok=True)
+    return regular_file(local, printable(local), missing_ok=True)
 
 
 def regular_file(path: Path, what: str, missing_ok: bool) -> Optional[Path]:
@@ -205,41 +216,86 @@ def _os_reason(exc: OSError) -> str:
 def load(path: Optional[Path] = None, *, environ: Mapping[str, str] = os.environ) -> Config:
     """Read and validate the config at ``path`` (default: :func:`locate`).
 
-    Every failure, whatever its cause (unreadable file, bytes that are not
-    UTF-8, invalid or absurdly nested TOML, wrong keys), is a ConfigError
-    naming the file and, where there is one, the position.
+    Every failure, whatever its cause (unreadable file, one another user could
+    have written, bytes that are not UTF-8, invalid or absurdly nested TOML,
+    wrong keys), is a ConfigError naming the file read and, where there is
+    one, the position.
     """
+    permissions = environ.get(PERMISSIONS_ENV) or "refuse"
+    if permissions not in PERMISSIONS_CHOICES:
+        raise ConfigError([f"{PERMISSIONS_ENV}={printable(repr(permissions))}: expected 'refuse' or 'warn'"])
     if path is None:
         path = locate(environ=environ)
         if path is None:
             return Config()
+    shown = shown_path(path)
     try:
-        data = Path(path).read_bytes()
+        with open(path, "rb") as file:  # judged by what was opened, not by a name that may change meanwhile
+            unsafe = others_can_write(os.fstat(file.fileno()))
+            data = file.read()
     except OSError as exc:
-        raise ConfigError([f"{path}: cannot read: {_os_reason(exc)}"]) from None
-    return parse(decode(data, Path(path), environ), source=Path(path))
+        raise ConfigError([f"{shown}: cannot read: {_os_reason(exc)}"]) from None
+    if unsafe:
+        what = (f"{shown}: {unsafe}: another user could choose the plugins and algorithms this server runs")
+        if permissions == "refuse":
+            raise ConfigError([f"{what}; make it the server user's alone (chown, chmod go-w), or set "
+                               f"{PERMISSIONS_ENV}=warn to read it anyway"])
+        logger.warning("sglang-spec-plugins: %s; read anyway (%s=warn)", what, PERMISSIONS_ENV)
+    return parse(decode(data, shown), source=Path(path))
 
 
-def decode(data: bytes, where: Path, environ: Mapping[str, str] = os.environ) -> Mapping[str, Any]:
-    """The TOML document in ``data`` (UTF-8, a leading byte-order mark allowed;
-    parsed, or kept from an earlier process: :mod:`.toml_documents`)."""
+def decode(data: bytes, where: str) -> Mapping[str, Any]:
+    """The TOML document in ``data`` (UTF-8, a leading byte-order mark
+    allowed), ``where`` naming the file in messages. A document nested deeper
+    than :data:`MAX_NESTING` is refused, before it is parsed where a key has
+    more parts or arrays and tables open deeper than that (:func:`_deepest`:
+    the parser's time or memory grows with the square of a key's parts)."""
     try:
-        text = data.decode("utf-8").removeprefix("\ufeff")  # as "utf-8-sig" (whose codec is one more import)
+        text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
-        raise ConfigError([f"{where}: not UTF-8 text: byte 0x{data[exc.start]:02x} at line {line}, column {column}"]) from None
+        read = exc.object  # the bytes after a byte-order mark
+        line = read[: exc.start].count(b"\n") + 1
+        column = exc.start - (read.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise ConfigError([f"{where}: not UTF-8 text: byte 0x{read[exc.start]:02x} at line {line}, column {column}"]) from None
     too_deep = ConfigError([f"{where}: arrays or tables nested more than {MAX_NESTING} levels deep"])
+    if _deepest(text) > MAX_NESTING:
+        raise too_deep
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - exercised on Python 3.10 only
+        import tomli as tomllib
     try:
-        document = toml_documents.loads(text, environ)
-    except toml_documents.TOMLError as exc:
+        document = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
         end = f"(at end of document, line {text.count(chr(10)) + 1})"
         raise ConfigError([f"{where}: not valid TOML: {str(exc).replace('(at end of document)', end)}"]) from None
-    except RecursionError:  # the parser recurses once per level
-        raise too_deep from None
     if _depth(document) > MAX_NESTING:
         raise too_deep
     return document
+
+
+_STRING_OR_COMMENT = re.compile(r'"""(?:\\[\s\S]|[^"\\]|"(?!""))*"""(?:"{0,2})'
+                                r"|'''(?:[^']|'(?!''))*'''(?:'{0,2})"
+                                r'|"(?:\\.|[^"\\\n])*"'
+                                r"|'[^'\n]*'"
+                                r"|#[^\n]*")
+"""A TOML string (multi-line first) or comment, as the parser reads them."""
+
+
+def _deepest(text: str) -> int:
+    """In linear time, without parsing: the most parts of any dotted key
+    (table headers included) and the deepest arrays and inline tables open,
+    whichever is more (strings and comments left out). Either is at most the
+    document's depth (:func:`_depth`), but for a bare value's one dot
+    (``1.5``, a time): a count above :data:`MAX_NESTING` is a key's or the
+    brackets'."""
+    skeleton = _STRING_OR_COMMENT.sub(lambda m: "" if m.group().startswith("#") else "s", text)
+    parts = max(piece.count(".") for piece in re.split(r"[=,\[\]{}\n]", skeleton)) + 1
+    open_now = deepest = 0
+    for bracket in re.findall(r"[\[\]{}]", skeleton):
+        open_now = open_now + 1 if bracket in "[{" else max(open_now - 1, 0)
+        deepest = max(deepest, open_now)
+    return max(parts, deepest)
 
 
 def _depth(value: Any) -> int:
@@ -256,7 +312,7 @@ def _depth(value: Any) -> int:
 
 def parse(raw: Mapping[str, Any], *, source: Optional[Path] = None) -> Config:
     """Validate a decoded plugins.toml; raise ConfigError listing every problem."""
-    where = str(source) if source else "plugins.toml"
+    where = shown_path(source) if source else "plugins.toml"
     problems: List[str] = []
 
     for key in raw:
@@ -294,7 +350,7 @@ def parse(raw: Mapping[str, Any], *, source: Optional[Path] = None) -> Config:
         if parsed is None:
             continue
         if parsed.name in algorithms:
-            problems.append(f"{where}: [algorithms.{name}] names the same algorithm as another table (names are case-insensitive)")
+            problems.append(f"{where}: [algorithms.{printable(name)}] names the same algorithm as another table (names are case-insensitive)")
             continue
         algorithms[parsed.name] = parsed
 
@@ -318,7 +374,7 @@ def _names(value: Any, what: str, problems: List[str]) -> Optional[Tuple[str, ..
 
 
 def _algorithm(name: str, table: Any, where: str, problems: List[str]) -> Optional[AlgorithmConfig]:
-    label = f"{where}: [algorithms.{name}]"
+    label = f"{where}: [algorithms.{printable(name)}]"
     if not isinstance(table, dict):
         problems.append(f"{label} must be a table")
         return None

@@ -12,10 +12,9 @@ at start-up by name (``engine.dflash_sites``).
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from typing import Tuple
 
-from .records import frozen_record
 
 DFLASH = "dflash"
 """The draft checkpoint layout SGLang's DFlash draft models read: ``architectures``
@@ -31,7 +30,7 @@ FIRST_RELEASE = "0.5.14"
 worker on the V2 speculative schema)."""
 
 
-@frozen_record
+@dataclass(frozen=True)
 class DraftModel:
     """A draft model of the worker's own, and what it needs from SGLang.
 

@@ -4,11 +4,17 @@ and how those messages judge and name the values they quote."""
 from __future__ import annotations
 
 import difflib
+import os
 from typing import Any, Collection, Iterable, List, Optional
 
 
 class SpecPluginError(Exception):
-    """Base class for every error this package raises on bad input."""
+    """Base class for every error this package raises on bad input: its
+    message is its ``lines``, each :func:`printable` (a name from a file, a
+    plugin or a distribution cannot add a line, nor drive a terminal)."""
+
+    def __init__(self, *lines: str):
+        super().__init__("\n".join(map(printable, lines)))
 
 
 class ConfigError(SpecPluginError):
@@ -21,9 +27,9 @@ class ConfigError(SpecPluginError):
     """
 
     def __init__(self, problems: Iterable[str], partial: Any = None):
-        self.problems = tuple(problems)
+        self.problems = tuple(map(printable, problems))
         self.partial = partial
-        super().__init__("\n".join(self.problems))
+        super().__init__(*self.problems)
 
 
 class PluginError(SpecPluginError):
@@ -38,7 +44,7 @@ class PluginError(SpecPluginError):
     def __init__(self, plugin: str, message: str, distribution: Optional[str] = None):
         self.plugin = plugin
         self.distribution = distribution
-        self.detail = message
+        self.detail = printable(message)
         """The message without the plugin's name."""
         super().__init__(f"{plugin_origin(plugin, distribution)}: {message}")
 
@@ -52,12 +58,12 @@ class PluginInterrupted(KeyboardInterrupt):
     def __init__(self, plugin: str, message: str, distribution: Optional[str] = None):
         self.plugin = plugin
         self.distribution = distribution
-        super().__init__(f"{plugin_origin(plugin, distribution)}: {message}")
+        super().__init__(printable(f"{plugin_origin(plugin, distribution)}: {message}"))
 
 
 def plugin_origin(plugin: str, distribution: Optional[str]) -> str:
     """How messages name a plugin: ``plugin 'sbd' (sglang-spec-example-sbd==0.1.0)``."""
-    return f"plugin {plugin!r}" + (f" ({distribution})" if distribution else "")
+    return f"plugin {plugin!r}" + (f" ({printable(distribution)})" if distribution else "")
 
 
 class EngineError(SpecPluginError):
@@ -99,8 +105,28 @@ def type_name(value: Any) -> str:
 
 
 def show(value: Any) -> str:
-    """``repr(value)`` of something a plugin returned, or a placeholder when its ``__repr__`` raises."""
+    """``repr(value)`` of something a plugin returned (:func:`printable`: a ``__repr__`` of its own may
+    return anything), or a placeholder when its ``__repr__`` raises."""
     try:
-        return repr(value)
+        return printable(repr(value))
     except Exception:
         return f"<{type_name(value)} object>"
+
+
+def printable(text: Any) -> str:
+    """``str(text)`` as every message and log line shows a name, a path or a text
+    that comes from a file, a plugin or a distribution: each character that is
+    not printable (a newline, a tab, an ANSI escape) escaped as ``repr``
+    escapes it (``\\n``, ``\\x1b``), so that none can forge a log line or
+    drive a terminal."""
+    text = str(text)
+    return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def shown_path(path: Any) -> str:
+    """How messages name the file or folder at ``path``: as given and, where a
+    symbolic link on the way leads elsewhere, the one actually read
+    (``plugins.toml (-> /etc/sglang/real.toml)``); :func:`printable`."""
+    given = os.fspath(path)
+    real = os.path.realpath(given)
+    return printable(given if real == os.path.abspath(given) else f"{given} (-> {real})")

@@ -32,13 +32,12 @@ Semantics shared by every per-algorithm hook:
 
 from __future__ import annotations
 
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
 
 import pluggy
 
 from .capabilities import check_capabilities
-from .records import frozen_record
 from .verify_layout import CHAIN, VERIFY_SHAPES
 
 if TYPE_CHECKING:  # imported by a plugin that declares one
@@ -55,7 +54,7 @@ RENAMED_HOOKS = {"sgl_spec_verify_widths": "sgl_spec_widths_by_batch_size"}
 implementing the old name is refused with the new one."""
 
 
-@frozen_record
+@dataclass(frozen=True)
 class AlgorithmSpec:
     """One speculative algorithm a plugin offers to SGLang.
 

@@ -14,8 +14,9 @@ within a process), each ``*.dist-info`` and ``*.egg-info`` folder's
 file on ``sys.path`` (a zip) by its size and time. When all of it is as it
 was, only the kept distributions are read, afresh (their entry points and
 metadata, never from the cache); any difference, a kept distribution that is
-gone or no longer holds the group, or a finder of distributions other than
-Python's own on ``sys.meta_path``, makes it a scan.
+gone, no longer holds the group or is not in a ``sys.path`` folder (where the
+scan found it), or a finder of distributions other than Python's own on
+``sys.meta_path``, makes it a scan.
 """
 
 from __future__ import annotations
@@ -60,9 +61,13 @@ def plugin_entry_points(group: str, environ: Mapping[str, str] = os.environ) -> 
 
 def _read_kept(folders: Sequence[str], group: str) -> Optional[List[metadata.EntryPoint]]:
     """The entry points in ``group`` of the distributions whose metadata folders
-    are ``folders``, read now; None where one is gone or holds none."""
+    are ``folders``, read now; None where one is gone or holds none, or is
+    not where a scan finds distributions (in a ``sys.path`` folder)."""
+    scanned = {os.path.normpath(entry or ".") for entry in sys.path}
     found: List[metadata.EntryPoint] = []
     for folder in folders:
+        if not isinstance(folder, str) or os.path.normpath(os.path.dirname(folder) or ".") not in scanned:
+            return None
         dist = metadata.PathDistribution(Path(folder))
         mine = [ep for ep in dist.entry_points if ep.group == group]
         if not mine:

@@ -21,21 +21,19 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Dict, List, Mapping, MutableMapping, Optional, Tuple
+from typing import Dict, List, Mapping, MutableMapping, NamedTuple, Optional, Tuple
 
 from . import __version__, agreement
-from .errors import SpecPluginError, StartupRefused
+from .errors import SpecPluginError, StartupRefused, printable
 from .plugin_calls import package_fault
 from .fingerprint import fingerprint
 from .plugins import PluginSet, discover_configured
 from .policy import VerifyPolicy, build_policies
-from .records import record_tuple
 
 logger = logging.getLogger("sglang_spec_plugins")
 
 
-@record_tuple
-class LoadReport:
+class LoadReport(NamedTuple):
     """What :func:`load` did in this process."""
 
     plugins: PluginSet
@@ -69,11 +67,11 @@ def load(environ: MutableMapping[str, str] = os.environ) -> LoadReport:
         return _report
     plugin_set, policies = resolve(environ)
     for failure in plugin_set.failures:
-        logger.warning("sglang-spec-plugins: skipped plugin %s (on_error = \"skip\"): %s", failure.plugin, failure.message)
+        logger.warning("sglang-spec-plugins: skipped plugin %s (on_error = \"skip\"): %s", printable(failure.plugin), failure.message)
     for note in plugin_set.notes:
-        logger.debug("sglang-spec-plugins: %s", note)
+        logger.debug("sglang-spec-plugins: %s", printable(note))
     for info in plugin_set.plugins:
-        logger.debug("sglang-spec-plugins %s: loaded plugin %s from %s", __version__, info.label, info.module_file)
+        logger.debug("sglang-spec-plugins %s: loaded plugin %s from %s", __version__, info.label, printable(info.module_file))
 
     registered: Dict[str, object] = {}
     plans: Dict[str, object] = {}
@@ -190,19 +188,8 @@ def _visible_before_logging_is_configured() -> None:
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("[%(asctime)s] %(message)s", "%Y-%m-%d %H:%M:%S"))
     logger.addHandler(handler)
-    _set_level(logging.INFO)
+    logger.setLevel(logging.INFO)
     logger.propagate = False
-
-
-def _set_level(level: int) -> None:
-    """``logger.setLevel(level)``, forgetting the cached answers of only the
-    loggers whose answer it changes: ours and those below it. ``setLevel``
-    forgets every logger's, about 1,000 in an SGLang scheduler (0.5 ms)."""
-    logger.level = level
-    below = logger.name + "."
-    for name, other in list(logging.Logger.manager.loggerDict.items()):
-        if (other is logger or name.startswith(below)) and isinstance(other, logging.Logger):
-            other._cache.clear()  # what Logger.setLevel clears (every logger's, through Manager._clear_cache)
 
 
 def _reset_for_tests() -> None:

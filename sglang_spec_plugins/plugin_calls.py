@@ -28,7 +28,6 @@ is how it is reported.
 
 from __future__ import annotations
 
-import _thread
 import contextlib
 import logging
 import os
@@ -37,7 +36,7 @@ import threading
 import time
 from typing import Dict, Iterator, Optional, TextIO
 
-from .errors import PluginError, PluginInterrupted, plugin_origin, type_name
+from .errors import PluginError, PluginInterrupted, plugin_origin, printable, type_name
 
 logger = logging.getLogger("sglang_spec_plugins")
 
@@ -73,7 +72,8 @@ class _PluginCode:
         self.plugin, self.distribution, self.what, self.failed, self.doing = plugin, distribution, what, failed, doing
 
     def slow_line(self) -> str:
-        return f"{plugin_origin(self.plugin, self.distribution)}: still {self.doing or 'running ' + self.what} after {SLOW_S} s"
+        return printable(f"{plugin_origin(self.plugin, self.distribution)}: still {self.doing or 'running ' + self.what} "
+                         f"after {SLOW_S} s")
 
     def __enter__(self) -> None:
         self._me = _running.enter(self)
@@ -89,7 +89,7 @@ class _PluginCode:
 
 
 def describe_exception(exc: BaseException) -> str:
-    """How a message names an exception plugin code raised."""
+    """How a message names an exception plugin code raised (:func:`~.errors.printable`)."""
     if isinstance(exc, OsExitCalled):
         return (f"os._exit (it called os._exit({exc.code!r}), which ends the process at once, with status {exc.code!r} "
                 "and no message; a plugin must raise instead)")
@@ -97,9 +97,9 @@ def describe_exception(exc: BaseException) -> str:
         return f"SystemExit (it called sys.exit({exc.code!r}))"
     name = type(exc).__name__ if isinstance(exc, Exception) else type_name(exc)
     try:
-        text = f"{name}: {exc}"
+        text = printable(f"{name}: {exc}")
     except Exception as unshown:  # its __str__ raises
-        return f"{name} (its message cannot be shown: str() of it raised {type(unshown).__name__}: {unshown})"
+        return printable(f"{name} (its message cannot be shown: str() of it raised {type(unshown).__name__}: {unshown})")
     if not isinstance(exc, Exception):  # e.g. pytest.skip(allow_module_level=True) outside pytest
         return f"{text} (a BaseException that is not an Exception)"
     return text
@@ -141,7 +141,7 @@ def report_stream() -> Iterator[TextIO]:
 
 def package_fault(exc: BaseException) -> str:
     """How an error raised outside any plugin's code is reported: a bug of this package."""
-    return f"unexpected {type(exc).__name__}: {exc} (a bug in sglang-spec-plugins; please report it)"
+    return printable(f"unexpected {type(exc).__name__}: {exc} (a bug in sglang-spec-plugins; please report it)")
 
 
 class _Running:
@@ -150,10 +150,7 @@ class _Running:
     how many calls it is inside, ``os._exit`` raising :class:`OsExitCalled` in
     a thread inside one (other threads end the process as before). One daemon
     thread (started at the first call, again in a forked child) warns about
-    each call still running :data:`SLOW_S` seconds after it began. It is
-    started with ``_thread``, which does not wait for the new thread to run
-    (``threading.Thread.start`` does: 1-3 ms on a busy 2-core machine); like a
-    daemon thread, it does not hold up the exit."""
+    each call still running :data:`SLOW_S` seconds after it began."""
 
     def __init__(self):
         self._lock = threading.Lock()
@@ -166,7 +163,7 @@ class _Running:
         me = threading.get_ident()
         with self._lock:
             if not self._started:  # first: where it cannot start, nothing has changed
-                _thread.start_new_thread(self._warn_when_due, ())
+                threading.Thread(target=self._warn_when_due, name="sglang-spec-plugins-watch", daemon=True).start()
                 self._started = True
             self._deadlines[call] = time.monotonic() + SLOW_S
             _depth[me] = _depth.get(me, 0) + 1
@@ -183,7 +180,6 @@ class _Running:
                 os._exit = _real_exit
 
     def _warn_when_due(self) -> None:
-        threading.current_thread().name = "sglang-spec-plugins-watch"
         while True:
             with self._lock:
                 now = time.monotonic()

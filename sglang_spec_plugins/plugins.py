@@ -20,26 +20,23 @@ import re
 from importlib import metadata
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Collection, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Collection, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 import pluggy
 
 from . import config as config_mod
 from . import hookspecs
 from .config import RESERVED_ALGORITHM_NAMES, AlgorithmConfig, Config, valid_algorithm_name
-from .dist_metadata import fields
-from .errors import ConfigError, PluginError, closest, show, type_name
+from .errors import ConfigError, PluginError, closest, printable, show, type_name
 from .installed import plugin_entry_points
 from .plugin_calls import plugin_code
-from .records import record_tuple
 
 ENTRY_POINT_GROUP = hookspecs.PROJECT_NAME
 ALLOW_ENV = "SGLANG_SPEC_PLUGINS"
 """Environment variable: comma-separated allow-list of plugin names."""
 
 
-@record_tuple
-class PluginInfo:
+class PluginInfo(NamedTuple):
     """Where a loaded plugin came from."""
 
     name: str
@@ -49,17 +46,16 @@ class PluginInfo:
 
     @property
     def dist_label(self) -> Optional[str]:
-        """``dist==version``, or None for a plugin with no distribution."""
-        return f"{self.distribution}=={self.version}" if self.distribution else None
+        """``dist==version`` (:func:`~.errors.printable`), or None for a plugin with no distribution."""
+        return printable(f"{self.distribution}=={self.version}") if self.distribution else None
 
     @property
     def label(self) -> str:
-        """``name (dist==version)`` for log lines and messages."""
-        return f"{self.name} ({self.dist_label})" if self.distribution else self.name
+        """``name (dist==version)`` for log lines and messages (:func:`~.errors.printable`)."""
+        return printable(f"{self.name} ({self.dist_label})" if self.distribution else self.name)
 
 
-@record_tuple
-class OfferedAlgorithm:
+class OfferedAlgorithm(NamedTuple):
     """An enabled algorithm, its owning plugin (and that plugin's ``dist==version``)
     and its plugins.toml table."""
 
@@ -78,8 +74,7 @@ class OfferedAlgorithm:
         return plugin_code(self.plugin, self.distribution, f"algorithm {self.name}: {what}", **how)
 
 
-@record_tuple
-class PluginFailure:
+class PluginFailure(NamedTuple):
     """A plugin dropped under ``on_error = "skip"`` (or reported by ``check``)."""
 
     plugin: str
@@ -275,7 +270,8 @@ def _load_one(pm: pluggy.PluginManager, name: str, eps: Sequence[metadata.EntryP
                           + ", ".join(sorted(map(_provider, eps))) + "; uninstall all but one")
     ep = eps[0]
     dist = getattr(ep, "dist", None)
-    dist_name, dist_version = fields(dist, "Name", "Version") if dist else (None, None)
+    found = dist.metadata if dist else {}
+    dist_name, dist_version = found.get("Name"), found.get("Version")
     label = f"{dist_name}=={dist_version}" if dist else None
     with plugin_code(name, label, f"importing {ep.value}", failed=f"cannot import {ep.value}:", doing=f"importing {ep.value}"):
         plugin = ep.load()

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Tuple
 
 from . import agreement
 from .config import DEFAULT_MAX_FAULTED_STEPS
-from .errors import ConfigError, PluginError, is_plain_int, show, type_name
+from .errors import ConfigError, PluginError, is_plain_int, printable, show, type_name
 from .plugins import OfferedAlgorithm, PluginSet
 from .verify_layout import DRAFT_VERIFIES_CHAINS_ONLY, TREE
 
@@ -103,7 +103,7 @@ class VerifyPolicy:
             width = buckets.maximum
         self._agree(call, call, width)
         self._widths[(num_draft_tokens, is_draft_worker)] = width
-        logger.debug("sglang-spec-plugins: algorithm %s (plugin %s): %s = %d", self.algorithm, self.plugin,
+        logger.debug("sglang-spec-plugins: algorithm %s (plugin %s): %s = %d", self.algorithm, printable(self.plugin),
                     call if buckets is None else f"the largest width by batch size at {call}", width)
         return width
 
@@ -140,7 +140,7 @@ class VerifyPolicy:
                     None if buckets is None else buckets.as_plain())
         if buckets is not None:
             logger.debug("sglang-spec-plugins: algorithm %s (plugin %s): widths by batch size at "
-                        "num_draft_tokens=%d, is_draft_worker=%s: %s", self.algorithm, self.plugin, ndt,
+                        "num_draft_tokens=%d, is_draft_worker=%s: %s", self.algorithm, printable(self.plugin), ndt,
                         bool(is_draft_worker), buckets)
         self._buckets[key] = buckets
         return buckets

@@ -37,10 +37,10 @@ needed.
 from __future__ import annotations
 
 import bisect
+from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .errors import is_plain_int
-from .records import frozen_record
 
 
 class WidthsByBatchSizeError(ValueError):
@@ -48,7 +48,7 @@ class WidthsByBatchSizeError(ValueError):
     (or non-empty sets of them)."""
 
 
-@frozen_record
+@dataclass(frozen=True)
 class WidthsByBatchSize:
     """Widths by batch size: ``bounds[i]`` is the smallest batch size of
     bucket ``i`` (ascending, the first is 1), ``widths[i]`` the widths a step

@@ -1,5 +1,10 @@
 """plugins.toml parsing: every bad case gets its own message naming file, table and key."""
 
+import logging
+import os
+import subprocess
+import sys
+
 import pytest
 
 from sglang_spec_plugins import config
@@ -126,3 +131,133 @@ def test_every_problem_of_a_file_comes_with_the_valid_rest(tmp_path):
     assert len(info.value.problems) == 2
     partial = info.value.partial
     assert (partial.enable, partial.on_error, list(partial.algorithms)) == (("a",), "fail", ["B"])
+
+
+# --- nobody else's files (issue 45): the file others can write, the file read, the names shown, the nesting ---
+
+OTHER_UID = 12345
+"""A user this process is not (nor root): the tests run as root, which may chown a file to it."""
+
+
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="chowning a file to another user or group needs root")
+
+
+@pytest.mark.parametrize("mode, owner, why", [
+    (0o646, None, "writable by others (mode 0646)"),
+    pytest.param(0o664, (-1, OTHER_UID), f"writable by group {OTHER_UID} (mode 0664)", marks=as_root),
+    pytest.param(0o666, (-1, OTHER_UID), f"writable by group {OTHER_UID} and others (mode 0666)", marks=as_root),
+    pytest.param(0o644, (OTHER_UID, OTHER_UID), f"owned by uid {OTHER_UID}", marks=as_root),
+])
+def test_a_plugins_toml_others_can_write_is_refused(write_toml, monkeypatch, mode, owner, why):
+    monkeypatch.delenv(config.PERMISSIONS_ENV, raising=False)
+    path = write_toml("[plugins]\non_error = 'skip'\n")
+    if owner:
+        os.chown(path, *owner)
+    os.chmod(path, mode)
+    with pytest.raises(ConfigError) as info:
+        config.load(path)
+    (problem,) = info.value.problems
+    assert problem.startswith(f"{path}: ") and why in problem and f"{config.PERMISSIONS_ENV}=warn" in problem, problem
+
+
+def test_a_plugins_toml_writable_by_its_owner_s_private_group_is_read(write_toml, monkeypatch):
+    """A umask of 002 makes files group-writable by each user's private group (the owner's primary group,
+    with no other member): nobody else can write them."""
+    import grp
+    import pwd
+
+    info = os.stat(write_toml(""))
+    owner = pwd.getpwuid(info.st_uid)
+    if info.st_gid != owner.pw_gid or set(grp.getgrgid(info.st_gid).gr_mem) - {owner.pw_name}:
+        pytest.skip("this user's files are not in a group of their own")
+    monkeypatch.delenv(config.PERMISSIONS_ENV, raising=False)
+    path = write_toml("[plugins]\non_error = 'skip'\n")
+    os.chmod(path, 0o664)
+    assert config.load(path).on_error == "skip"
+
+
+def test_a_plugins_toml_others_can_write_is_read_with_a_warning_where_the_operator_says_so(write_toml, monkeypatch, caplog):
+    monkeypatch.setenv(config.PERMISSIONS_ENV, "warn")
+    path = write_toml("[plugins]\non_error = 'skip'\n")
+    os.chmod(path, 0o646)
+    with caplog.at_level(logging.WARNING, logger="sglang_spec_plugins"):
+        assert config.load(path).on_error == "skip"
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert str(path) in warning and "writable by others (mode 0646)" in warning, warning
+
+
+def test_an_unknown_permissions_setting_is_refused(write_toml, monkeypatch):
+    monkeypatch.setenv(config.PERMISSIONS_ENV, "lenient")
+    with pytest.raises(ConfigError, match=rf"{config.PERMISSIONS_ENV}='lenient': expected 'refuse' or 'warn'"):
+        config.load(write_toml("[plugins]\n"))
+
+
+def test_a_plugins_toml_through_a_symlink_is_named_as_the_file_read(tmp_path, monkeypatch):
+    real = tmp_path / "conf" / "real.toml"
+    real.parent.mkdir()
+    real.write_text("[plugins]\non_error = 'x'\n")
+    link = tmp_path / "plugins.toml"
+    link.symlink_to(real)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(config.CONFIG_ENV, raising=False)
+    with pytest.raises(ConfigError) as info:
+        config.load()
+    (problem,) = info.value.problems
+    assert problem.startswith(f"{link} (-> {real}): [plugins] on_error"), problem
+
+
+def test_names_from_the_file_reach_no_message_raw(write_toml):
+    """A table name or key holding a newline and an ANSI escape cannot forge a line of the log."""
+    _, problems = problems_of(write_toml, '[algorithms."X\\nsglang-spec-plugins: all fine\\u001b[2J"]\n'
+                                          '[plugins]\n"enable\\u001b[31m" = 1\nenable = ["a\\nb"]\ndisable = ["a\\nb"]\n')
+    assert len(problems) == 3, problems
+    assert all(ch.isprintable() for problem in problems for ch in problem), problems
+    assert any("[algorithms.X\\nsglang-spec-plugins: all fine\\x1b[2J]" in p for p in problems), problems
+
+
+def test_a_file_whose_own_path_holds_a_newline_is_named_escaped(tmp_path):
+    path = tmp_path / "odd\nname.toml"
+    path.write_text("[plugins]\non_error = 'x'\n")
+    with pytest.raises(ConfigError) as info:
+        config.load(path)
+    (problem,) = info.value.problems
+    assert problem.startswith(str(path).replace("\n", "\\n") + ": "), problem
+
+
+NESTED = {
+    "dotted key": "a." * 100_000 + "a = 1\n",
+    "table header": "[" + "a." * 100_000 + "a]\n",
+    "dotted key in an inline table": "x = {" + "a." * 100_000 + "a = 1}\n",
+    "inline tables": "x = " + "{a = " * 100_000 + "1" + "}" * 100_000 + "\n",
+    "arrays": "x = " + "[" * 100_000 + "1" + "]" * 100_000 + "\n",
+}
+
+NESTED_SCRIPT = """
+import resource, sys, time
+from pathlib import Path
+resource.setrlimit(resource.RLIMIT_AS, (1 << 31, 1 << 31))  # quadratic memory fails here, not the machine
+from sglang_spec_plugins import config
+from sglang_spec_plugins.errors import ConfigError
+started = time.perf_counter()
+try:
+    config.load(Path(sys.argv[1]))
+except ConfigError as exc:
+    seconds = round(time.perf_counter() - started, 3)
+    peak = next(line.split()[1] for line in open("/proc/self/status") if line.startswith("VmHWM:"))  # kB, this exec's
+    print(seconds, int(peak) // 1024)
+    print(exc)
+"""
+
+
+@pytest.mark.parametrize("kind", sorted(NESTED))
+def test_nesting_100_000_deep_is_refused_in_linear_time_and_memory(tmp_path, kind):
+    """2 s and 200 MB are 10x what a linear refusal takes here, on a busy 2-core machine; the parser takes
+    ~12 s for the table header and ~40 GB for the dotted key at this depth. The peak is the child's own
+    (``VmHWM``: ``ru_maxrss`` keeps the forking parent's, a pytest process that may hold SGLang and torch)."""
+    path = tmp_path / "plugins.toml"
+    path.write_text(NESTED[kind])
+    out = subprocess.run([sys.executable, "-c", NESTED_SCRIPT, str(path)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout, out.stderr[-2000:]
+    seconds, megabytes = out.stdout.splitlines()[0].split()
+    assert out.stdout.splitlines()[1] == f"{path}: arrays or tables nested more than {config.MAX_NESTING} levels deep"
+    assert float(seconds) < 2.0 and int(megabytes) < 200, out.stdout

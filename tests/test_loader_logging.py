@@ -1,22 +1,35 @@
-"""The loader's level for its own logger, set before SGLang configures logging (loader._set_level): the answers
-``Logger.setLevel`` would give, with only our loggers' cached answers forgotten."""
+"""The loader's own log lines reach a process that has not configured logging yet (SGLang loads plugins before
+it configures logging): INFO and up, once, in SGLang's time format; a process that configured logging keeps it."""
 
+import re
+import subprocess
+import sys
+
+SCRIPT = """
 import logging
-
+{before}
 from sglang_spec_plugins import loader
+loader._visible_before_logging_is_configured()
+ours = logging.getLogger("sglang_spec_plugins")
+ours.info("summary")
+logging.getLogger("sglang_spec_plugins.below").warning("below")
+ours.debug("detail")
+logging.getLogger("elsewhere").warning("not ours")
+"""
 
 
-def test_our_loggers_answer_as_after_setlevel_and_no_other_cache_is_emptied():
-    ours, below, other = (logging.getLogger(n) for n in ("sglang_spec_plugins", "sglang_spec_plugins.a_plugin", "elsewhere"))
-    was = ours.level
-    try:
-        ours.setLevel(logging.WARNING)
-        other.setLevel(logging.WARNING)  # whatever the root logger's level is in this process
-        for each in (ours, below, other):
-            assert not each.isEnabledFor(logging.INFO)  # cached
-        loader._set_level(logging.INFO)
-        assert ours.level == logging.INFO and ours.isEnabledFor(logging.INFO) and below.isEnabledFor(logging.INFO)
-        assert not ours.isEnabledFor(logging.DEBUG) and other._cache == {logging.INFO: False}
-    finally:
-        ours.setLevel(was)
-        other.setLevel(logging.NOTSET)
+def _stderr(before: str = "") -> str:
+    out = subprocess.run([sys.executable, "-c", SCRIPT.format(before=before)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out.stderr
+
+
+def test_info_and_up_of_ours_reach_stderr_in_sglang_s_format_before_logging_is_configured():
+    lines = _stderr().splitlines()
+    assert [re.sub(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] ", "[time] ", line) for line in lines] == [
+        "[time] summary", "[time] below", "not ours"]  # Python's last resort prints the other logger's warning
+
+
+def test_a_process_that_configured_logging_keeps_its_choice():
+    lines = _stderr('logging.basicConfig(level=logging.WARNING, format="%(name)s|%(message)s")').splitlines()
+    assert lines == ["sglang_spec_plugins.below|below", "elsewhere|not ours"]

@@ -142,3 +142,32 @@ def test_a_hook_under_its_old_name_is_refused_with_the_new_one(site, write_toml)
     with pytest.raises(PluginError, match=r"plugin 'old' \(old-drafter==1.0\): implements sgl_spec_verify_widths, "
                                           r"which is now sgl_spec_widths_by_batch_size \(same arguments and answers\)"):
         discover(cfg(write_toml, "[plugins]\nenable = ['old']\n"))
+
+
+def test_names_a_plugin_brings_reach_no_message_or_log_line_raw(site, write_toml, monkeypatch, caplog):
+    """A plugin's name, its distribution's name and version and the text of what it raises cannot forge a log
+    line: every control character (a newline, an ANSI escape) is shown escaped, in every message and log line."""
+    import logging
+
+    from sglang_spec_plugins import loader
+
+    evil = "evil\x1b[31m"
+    site.add("evil-drafter\x1b[2J", {evil: "evil_mod"}, {"evil_mod": simple_plugin("EVIL", width="2")}, version="1.0\x1b[0m")
+    site.add("raising-drafter", {"raising": "raising_mod"},
+             {"raising_mod": "raise RuntimeError('boom\\nsglang-spec-plugins: all fine\\x1b[2J')\n"})
+    toml = write_toml(f'[plugins]\nenable = ["{evil}", "raising"]\non_error = "skip"\n'
+                      '[algorithms.EVIL]\nenabled = false\n'.replace("\x1b", "\\u001b"))
+    environ = {"SGLANG_SPEC_PLUGINS_CONFIG": str(toml), "SGLANG_SPEC_PLUGINS_CACHE": "off"}
+    loader._reset_for_tests()
+    try:
+        with caplog.at_level(logging.DEBUG, logger="sglang_spec_plugins"):
+            report = loader.load(environ)
+    finally:
+        loader._reset_for_tests()
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith("sglang_spec_plugins")]
+    assert [p.name for p in report.plugins.plugins] == [evil] and [f.plugin for f in report.plugins.failures] == ["raising"]
+    assert any("evil\\x1b[31m (evil-drafter\\x1b[2J==1.0\\x1b[0m)" in line for line in lines), lines
+    assert any("boom\\nsglang-spec-plugins: all fine\\x1b[2J" in line for line in lines), lines
+    assert all(ch.isprintable() for line in lines for ch in line), [line for line in lines if not line.isprintable()]
+    error = PluginError(evil, "x", "evil-drafter\x1b[2J==1.0")
+    assert str(error).isprintable(), str(error)

@@ -18,9 +18,7 @@ import ast
 import functools
 import re
 from pathlib import Path
-from typing import List, Optional, Tuple
-
-from ..records import record_tuple
+from typing import List, NamedTuple, Optional, Tuple
 
 
 OWN_FILES = r"(^|/)(dflash[^/]*|dspark[^/]*)\.py$|(^|/)dspark_components/"
@@ -37,8 +35,7 @@ _CANDIDATE = r"\.(?:%s)\s*\(\s*\)|[\"']%s[\"']" % ("|".join(PREDICATES), NAME)
 only the files that match are parsed."""
 
 
-@record_tuple
-class DflashSite:
+class DflashSite(NamedTuple):
     """One DFLASH-only decision: where (``file`` relative to ``sglang/srt``,
     ``line``), in which function (``function``: its qualname in the file,
     nested functions included), what it asks (``test``: ``is_dflash_family()``,
@@ -130,8 +127,7 @@ def _test(node: ast.AST) -> Optional[Tuple[str, str]]:
 DECLARED, ANSWERED, REFUSED = "declared", "answered", "refused"
 
 
-@record_tuple
-class Verdict:
+class Verdict(NamedTuple):
     """What a draft-model plugin gets at a site.
 
     ``declared``: the site asks the plugin's :class:`~sglang_spec_plugins.draft_model.DraftModel`

@@ -15,10 +15,7 @@ import inspect
 import sys
 from importlib import metadata
 from pathlib import Path
-from typing import FrozenSet, Optional, Tuple
-
-from ..dist_metadata import fields
-from ..records import record_tuple
+from typing import FrozenSet, NamedTuple, Optional, Tuple
 
 WIDTH_HOOK_NAMES = (
     "get_num_tokens_per_bs_for_target_verify",
@@ -43,8 +40,7 @@ DUMMY_RUN_LOCATIONS = (
 """Where the dummy (warm-up) forward decides its width, newest first."""
 
 
-@record_tuple
-class EngineProbe:
+class EngineProbe(NamedTuple):
     """The installed SGLang, as the loader sees it.
 
     ``version`` is None when SGLang is not installed (then every feature is
@@ -196,7 +192,7 @@ def _locations(data) -> Tuple[Optional[str], Optional[str]]:
 def installed_version() -> Optional[str]:
     """The installed SGLang release, read from its metadata without importing it."""
     try:
-        return fields(metadata.distribution("sglang"), "Version")[0]
+        return metadata.version("sglang")
     except metadata.PackageNotFoundError:
         return None
 

@@ -38,6 +38,7 @@ from types import ModuleType
 from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple, TypeVar
 
 from ..cache_entries import CACHE_ENV, cache_dir, digest, file_stamp, read_entry, write_entry
+from ..errors import printable, shown_path
 
 __all__ = ["CACHE_ENV", "cache_dir", "cached", "cached_reading", "python_files"]
 
@@ -135,7 +136,7 @@ def cached_reading(kind: str, key: Any, reader: Sequence[ModuleType], compute: C
     try:
         encoded = encode(value)
     except Exception as exc:  # a value the entry cannot hold: computed, not kept
-        logger.debug("sglang-spec-plugins: cache entry %s not written: %s: %s", path, type(exc).__name__, exc)
+        logger.debug("sglang-spec-plugins: cache entry %s not written: %s: %s", shown_path(path), type(exc).__name__, printable(exc))
         return value
     files = [(name, name, *file_stamp(name)) for name in sorted(read)]
     write_entry(path, {"key": full_key, "paths": sorted(read), "content": _content_digest(files),
@@ -171,5 +172,5 @@ def _decoded(entry: dict, decode: Callable[[Any], T], path: Path) -> Optional[Tu
     try:
         return (decode(entry["value"]),)
     except Exception as exc:  # an entry written by hand or by a bug: compute instead
-        logger.debug("sglang-spec-plugins: cache entry %s not used: %s: %s", path, type(exc).__name__, exc)
+        logger.debug("sglang-spec-plugins: cache entry %s not used: %s: %s", shown_path(path), type(exc).__name__, printable(exc))
         return None

@@ -13,10 +13,8 @@ an edit gives one of three states:
 
 :func:`rebuild` compiles the edited source with the function's own module
 globals, its original file name and line numbers (tracebacks point at the
-real file), and a ``__class__`` cell so zero-argument ``super()`` still works;
-the code built for the same file (by size and modification time), function
-and edits is kept between processes (:mod:`.code_cache`): a process taking
-it cuts, edits and compiles nothing.
+real file), and a ``__class__`` cell so zero-argument ``super()`` still works.
+Every process rebuilds the functions it patches from the installed source.
 """
 
 from __future__ import annotations
@@ -25,18 +23,13 @@ import __future__
 import ast
 import functools
 import inspect
-import os
 import textwrap
 import types
-from typing import Callable, Sequence, Tuple
-
-from ..cache_entries import file_stamp
-from ..records import record_tuple
-from .code_cache import compiled
+from typing import Callable, NamedTuple, Sequence, Tuple
 
 
-@record_tuple
-class Edit:
+
+class Edit(NamedTuple):
     """Replace the statement line ``old`` with ``new`` (both without indentation):
     the one such line, or with ``every`` each of them (at least one)."""
 
@@ -55,11 +48,6 @@ class Edit:
         return "unknown"
 
 
-_CUTTER = os.path.join(os.path.dirname(os.path.dirname(__file__)), "engine", "source_text.py")
-"""The module that cuts a function out of its file (``engine.source_text``): with this one, what builds
-the code, so both are part of the key of the code kept (imported only when a function is cut)."""
-
-
 def source_of(func: Callable) -> str:
     """The function's dedented source (a top-level function or a method is cut out of its file's text
     without tokenizing it: ``engine.source_text``)."""
@@ -72,9 +60,7 @@ def rebuild(func: types.FunctionType, owner: type, edits: Sequence[Edit]) -> typ
     """Return a copy of ``func`` (a method of ``owner``) with ``edits`` applied.
 
     Raises ValueError if an edit's old line is not there exactly once, or if
-    the function cannot be rebuilt faithfully (decorators, closures). The code
-    built for the same file (by size and modification time), function and
-    edits is kept between processes (:mod:`.code_cache`).
+    the function cannot be rebuilt faithfully (decorators, closures).
     """
     code = func.__code__
     if set(code.co_freevars) - {"__class__"}:
@@ -84,16 +70,8 @@ def rebuild(func: types.FunctionType, owner: type, edits: Sequence[Edit]) -> typ
     futures = sum(f.compiler_flag for f in map(functools.partial(getattr, __future__), __future__.all_feature_names)
                   if code.co_flags & f.compiler_flag)
     factory = "__class__" in code.co_freevars  # zero-argument super(): defined inside a factory giving the cell
-    stamp = file_stamp(code.co_filename)
-    build = functools.partial(_edited_code, func, edits, futures, factory)
-    if None in stamp:  # no file to judge the kept code by
-        built = build()
-    else:
-        how = ["factory" if factory else "function", code.co_filename, *stamp, func.__qualname__, code.co_firstlineno,
-               futures, [tuple(edit) for edit in edits]]
-        built = compiled(how, (__file__, _CUTTER), build)
     namespace: dict = {}
-    exec(built, func.__globals__, namespace)
+    exec(_edited_code(func, edits, futures, factory), func.__globals__, namespace)
     new = namespace["_factory"](owner) if factory else namespace[func.__name__]
     new.__qualname__ = func.__qualname__
     new.__doc__ = func.__doc__

@@ -8,10 +8,9 @@ Each backend module answers for its own backends next to its patches (a
 from __future__ import annotations
 
 from enum import Enum
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 from ..engine.probe import installed_version
-from ..records import record_tuple
 from .unit import MethodPatch, Verdict
 
 
@@ -26,8 +25,7 @@ class Serving(str, Enum):
         return self.value
 
 
-@record_tuple
-class Support:
+class Support(NamedTuple):
     """A backend's :class:`Serving` verdict for one plugin verify, with the reason."""
 
     verdict: Serving

@@ -18,12 +18,12 @@ no-op; revert restores the original functions and removes injected names.
 from __future__ import annotations
 
 import types
+from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ..engine.probe import member_of, method_source, resolve_method
 from ..errors import EngineError
-from ..records import record_tuple
 from . import deferred, on_import
 from .source_edit import Edit, rebuild
 
@@ -40,8 +40,7 @@ class Verdict(str, Enum):
         return self.value
 
 
-@record_tuple
-class Target:
+class Target(NamedTuple):
     """``module:Class.method``, or ``module:function`` for a top-level function."""
 
     module: str
@@ -59,48 +58,22 @@ class Target:
         return method_source(self.module, self.qualname)
 
 
+@dataclass(frozen=True)
 class Plan:
     """A patch's plan: its verdict, why, and the steps ``apply`` takes (each
     target with its payload: a function patch's edits, None for a wrapper).
-    Immutable; equal when verdict, reason and steps are (``owner`` is not compared).
-
-    (A plain class, not a dataclass: every SGLang process imports this module,
-    and generating a dataclass's methods costs more than the rest of it.)"""
-
-    __slots__ = ("verdict", "reason", "steps", "owner")
+    Equal when verdict, reason and steps are (``owner`` is not compared)."""
 
     verdict: Verdict
     reason: str
-    steps: Tuple[Tuple[Target, Any], ...]
-    owner: Optional[str]
+    steps: Tuple[Tuple[Target, Any], ...] = ()
+    owner: Optional[str] = field(default=None, compare=False)
     """The module of this package defining the patch (set by :mod:`.plan_cache`;
     :mod:`.deferred` imports it when the target is imported)."""
 
-    def __init__(self, verdict: Verdict, reason: str, steps: Tuple[Tuple[Target, Any], ...] = (),
-                 owner: Optional[str] = None):
-        for name, value in zip(self.__slots__, (verdict, reason, steps, owner)):
-            object.__setattr__(self, name, value)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError(f"cannot assign to field {name!r} of an immutable Plan")
-
-    __delattr__ = __setattr__
-
     def with_owner(self, owner: Optional[str]) -> "Plan":
         """This plan, defined by the module ``owner``."""
-        return Plan(self.verdict, self.reason, self.steps, owner)
-
-    def _compared(self) -> tuple:
-        return self.verdict, self.reason, self.steps
-
-    def __eq__(self, other: Any) -> bool:
-        return self._compared() == other._compared() if type(other) is Plan else NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(self._compared())
-
-    def __repr__(self) -> str:
-        return f"Plan(verdict={self.verdict!r}, reason={self.reason!r}, steps={self.steps!r}, owner={self.owner!r})"
+        return replace(self, owner=owner)
 
 
 class MethodPatch:
@@ -110,7 +83,7 @@ class MethodPatch:
     the first present target is the one assessed and patched (e.g. the graph
     runner moved files in 0.5.14). ``injected`` names are put into the
     method's module globals while the patch is applied (the new code calls them).
-    A patch is its own identity (``==`` is ``is``). Plain classes, as :class:`Plan`.
+    A patch is its own identity (``==`` is ``is``).
     """
 
     in_place = False

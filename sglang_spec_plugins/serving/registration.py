@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Dict, Iterable, List, Tuple
 
-from ..errors import EngineError
+from ..errors import EngineError, printable
 from ..plugins import OfferedAlgorithm
 from ..policy import VerifyPolicy
 from ..capabilities import CAPABILITIES
@@ -68,7 +68,7 @@ def register_all(
             for name in unasked_capabilities(offered.spec.capabilities, probe):
                 # a detail (DEBUG): a plugin written for every release declares what older ones never ask
                 logger.debug("sglang-spec-plugins: algorithm %s (plugin %s) declares %s, which SGLang %s does not ask "
-                               "(SGLang %s+): it has no effect", offered.name, offered.plugin, name, probe.version,
+                               "(SGLang %s+): it has no effect", offered.name, printable(offered.plugin), name, probe.version,
                                CAPABILITIES[name].since)
             done.append(offered.name)
             result[offered.name] = registered(offered.name)

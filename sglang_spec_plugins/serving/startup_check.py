@@ -27,7 +27,7 @@ import logging
 from typing import Any, Callable, List, Mapping, Optional, Sequence
 
 from ..engine.facts import DRAFT, TARGET, dp_attention, verify_backends
-from ..errors import ConfigError, PluginError, PluginInterrupted, StartupRefused, show
+from ..errors import ConfigError, PluginError, PluginInterrupted, StartupRefused, printable, show
 from ..plugins import OfferedAlgorithm
 from ..policy import VerifyPolicy
 
@@ -212,5 +212,5 @@ def widths_line(offered: OfferedAlgorithm, policy: VerifyPolicy, ndt: Optional[i
                       + (f"widths by batch size {buckets}" if buckets is not None else f"width {policy.width(ndt, draft)}"))
     if ndt is not None and not policy.draft_may_verify():
         widths.append(f"the {DRAFT} does not verify")
-    return (f"sglang-spec-plugins: start-up check passed for {offered.name} (plugin {offered.plugin}) at "
+    return (f"sglang-spec-plugins: start-up check passed for {offered.name} (plugin {printable(offered.plugin)}) at "
             f"--speculative-num-draft-tokens {ndt}: {'; '.join(widths) or 'no width resolved'}")

@@ -138,3 +138,28 @@ def test_the_files_read_before_planning_in_the_process_are_in_the_entry(monkeypa
     (entry,) = (tmp_path / "cache").glob("patch-plans-*")  # the probe keeps its runner locations beside it
     recorded = set(json.loads(entry.read_text())["paths"])
     assert read and read <= recorded, sorted(read - recorded)
+
+
+def test_plans_planted_by_another_user_are_not_used(monkeypatch, tmp_path, caplog):
+    """Kept plans hold the edits compiled into SGLang's functions: an entry another user wrote (here every
+    edit's new text rewritten, and the file chowned to uid 12345) is never applied; the plans are read again."""
+    import logging
+
+    import pytest
+
+    if os.geteuid() != 0:
+        pytest.skip("chowning a file to another user needs root")
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    release = probe().version
+    read = plan_cache.planned(release)
+    (entry,) = (tmp_path / "cache").glob("patch-plans-*")
+    kept = json.loads(entry.read_text())
+    for _, _, _, steps in kept["value"].values():
+        for step in steps:
+            for edit in step[2] or ():
+                edit[1] = "__import__('os').system('touch planted')\n"
+    entry.write_text(json.dumps(kept))
+    os.chown(entry, 12345, 12345)
+    with caplog.at_level(logging.WARNING, logger="sglang_spec_plugins"):
+        assert plan_cache.planned(release) == read
+    assert any(str(entry) in r.getMessage() and "owned by uid 12345" in r.getMessage() for r in caplog.records), caplog.text
