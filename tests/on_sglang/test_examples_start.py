@@ -1,7 +1,7 @@
 """Both examples start on this release with the README's operator command:
 SGLang's own create_worker, given the flags the README passes, returns a
 worker class that fits the release's worker contract; without
---disable-overlap-schedule it refuses the synchronous SBD and DFLASH_BLOCK, as predicted.
+any flag: both declare supports_overlap=True, and SGLang's create_worker accepts them with overlap on, as predicted.
 (The kit's SGLang sections, run in this process on the loaded examples.)"""
 
 import importlib
@@ -15,7 +15,7 @@ from sglang_spec_plugins.testing.on_sglang import registry_section, start_sectio
 from test_loader import EXAMPLES
 
 # algorithm -> (the flag the README's operator command adds, a num_draft_tokens it uses)
-README_COMMAND = {"SBD": ("--disable-overlap-schedule", 16), "DFLASH_BLOCK": ("--disable-overlap-schedule", 16)}
+README_COMMAND = {"SBD": (None, 16), "DFLASH_BLOCK": (None, 16)}
 
 
 @pytest.mark.parametrize("name", sorted(README_COMMAND))

@@ -41,8 +41,8 @@ def test_load_plugins_registers_plugin_algorithms(sglang_loaded):
     sbd = spec_algorithm().from_string("sbd")
     assert isinstance(sbd, CustomSpecAlgo)
     assert sbd.name == "SBD" and type(sbd).policy.plugin == "sbd"
-    assert sbd.supports_overlap is False
-    assert spec_algorithm().from_string("DFLASH_BLOCK").supports_overlap is False
+    assert sbd.supports_overlap is True
+    assert spec_algorithm().from_string("DFLASH_BLOCK").supports_overlap is True
 
 
 def test_sglang_does_not_know_the_algorithm_without_the_loader(sglang_loaded):
