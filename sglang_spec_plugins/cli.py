@@ -27,7 +27,7 @@ from .errors import SpecPluginError
 from .fingerprint import fingerprint
 from .plugin_calls import package_fault, report_stream
 from .plugins import PluginSet, discover_configured
-from .policy import build_policies
+from .policy import CONTROLLER, NOBODY, WORKER, build_policies
 from .widths_by_batch_size import graph_cost
 
 LOADER_ENTRY_POINT = "sglang_spec_plugins"
@@ -219,6 +219,11 @@ def _graphs_text(cost: Dict[str, Any]) -> str:
            f"{cost['logit_rows']} logit rows{size}"
 
 
+_CHOSEN_TEXT = {WORKER: "each step's width chosen by the worker", CONTROLLER: "each step's width chosen by the "
+                "acceptance controller", NOBODY: "each step at its bucket's largest: nobody chooses"}
+"""How ``check`` says who chooses a step's width among its bucket's (:meth:`~.policy.VerifyPolicy.chosen_by`)."""
+
+
 def _buckets_text(plain: Dict[str, int]) -> str:
     return "{" + ", ".join(f"{size} = {width}" for size, width in plain.items()) + "}"
 
@@ -233,14 +238,17 @@ def _check(args: argparse.Namespace) -> int:
     def fault(ndt: int, exc: Exception) -> None:
         problems.append(str(exc) + ("" if args.num_draft_tokens else f" (found at a default ndt; `check -n {ndt}` shows it alone)"))
 
-    ndts = {name: tuple(args.num_draft_tokens) or ndt_grid.accepted(plugin_set.algorithms[name], ndt_grid.grid(plugin_set.algorithms[name]))
-            for name in policies}
-    checked = {name: answers.table(policy, ndts[name], fault) for name, policy in policies.items()}
+    from .engine.algorithm import checking
     from .serving.prediction import predict  # imports SGLang only if it is installed
 
-    sglang = predict(plugin_set, policies, args.num_draft_tokens, args.disable_overlap_schedule, args.attention_backend,
-                     args.enable_dp_attention or args.attn_dp_size > 1, args.model_path, args.speculative_draft_model_path,
-                     args.cuda_graph_bs)
+    with checking(policies):  # the plugins' validators and factories ask policy_for, as in a server
+        ndts = {name: tuple(args.num_draft_tokens) or ndt_grid.accepted(plugin_set.algorithms[name],
+                                                                        ndt_grid.grid(plugin_set.algorithms[name]))
+                for name in policies}
+        checked = {name: answers.table(policy, ndts[name], fault) for name, policy in policies.items()}
+        sglang = predict(plugin_set, policies, args.num_draft_tokens, args.disable_overlap_schedule,
+                         args.attention_backend, args.enable_dp_attention or args.attn_dp_size > 1, args.model_path,
+                         args.speculative_draft_model_path, args.cuda_graph_bs)
     problems += sglang["problems"]
     digest = fingerprint(plugin_set, policies, sglang["version"])
     problems += agreement.compare(digest, [answer for policy in policies.values() for answer in policy.answers])
@@ -261,10 +269,11 @@ def _check(args: argparse.Namespace) -> int:
     _say(args, f"config: {data['config']}")
     for info in plugin_set.plugins:
         _say(args, f"plugin {info.label}: ok")
-    by_batch_size = answers.BY_BATCH_SIZE.values()
     for name, entry in checked.items():
         widths = ", ".join(f"ndt={n}: target {w['target']}" + (f", draft {w['draft']}" if "draft" in w else "") + f", max {w['max']}"
-                           + "".join(f", {k.replace('_', ' ')} {_buckets_text(w[k])}" for k in by_batch_size if k in w)
+                           + "".join(f", {k.replace('_', ' ')} {_buckets_text(w[k])}"
+                                     + (f" ({_CHOSEN_TEXT[w[answers.CHOSEN_BY[draft]]]})" if answers.CHOSEN_BY[draft] in w else "")
+                                     for draft, k in answers.BY_BATCH_SIZE.items() if k in w)
                            + "".join(f" ({_graphs_text(w[k])})" for k in _GRAPHS.values() if k in w)
                            for n, w in entry["widths"].items())
         _say(args, f"algorithm {name} (plugin {entry['plugin']}): draft-may-verify={entry['draft_may_verify']}" + (f"; {widths}" if widths else ""))

@@ -38,6 +38,9 @@ UNCAPPED_MAX_WIDTH = 64
 reservation and CUDA-graph capture, so anything wider needs the operator's
 explicit cap."""
 
+WORKER, CONTROLLER, NOBODY = "worker", "acceptance controller", "nobody"
+"""Who chooses a step's width among its bucket's (:meth:`VerifyPolicy.chosen_by`; nobody: the bucket's largest)."""
+
 _PROBE_NDT = 16
 """The ``num_draft_tokens`` at which :meth:`VerifyPolicy.check_others_stay_out`
 asks the other plugins (any value would do: their answer must be None for
@@ -55,6 +58,8 @@ class VerifyPolicy:
         self._configured: Optional[WidthsByBatchSize] = offered.config.widths_by_batch_size
         self._acceptance: Optional[AcceptanceSettings] = offered.config.widths_by_acceptance
         self._max_faulted_steps: Optional[int] = offered.config.max_faulted_steps
+        self._spec_picks: Any = offered.spec.picks_widths
+        self._picks: Optional[bool] = None
         self._plugins = plugins
         self._widths: Dict[Tuple[int, bool], int] = {}
         self._buckets: Dict[Tuple[int, bool], Optional[WidthsByBatchSize]] = {}
@@ -173,9 +178,16 @@ class VerifyPolicy:
         """The acceptance controller's settings for this worker (plugins.toml
         ``widths_by_acceptance``), None when it is off. The controller chooses
         among a bucket's widths: ConfigError when no bucket of the worker's
-        widths by batch size gives more than one."""
+        widths by batch size gives more than one, or the worker picks its widths
+        itself (:meth:`picks_widths`)."""
         if self._acceptance is None:
             return None
+        if self.picks_widths():
+            raise ConfigError([
+                f"[algorithms.{self.algorithm}] widths_by_acceptance in {self._plugins.config.origin}: the worker of "
+                f"{self.algorithm} picks each step's width itself (AlgorithmSpec picks_widths of plugin {self.plugin!r}"
+                + ("" if isinstance(self._spec_picks, bool) else ", with these settings")
+                + "), so the acceptance controller would never choose one; remove widths_by_acceptance"])
         buckets = self.widths_by_batch_size(num_draft_tokens, is_draft_worker)
         if buckets is None or not buckets.chooses:
             given = f"{self.widths_by_batch_size_source(num_draft_tokens, is_draft_worker)} gives {buckets}" if buckets \
@@ -186,6 +198,30 @@ class VerifyPolicy:
                 f"speculative_num_draft_tokens={num_draft_tokens}; give a bucket a list of widths, e.g. "
                 "widths_by_batch_size = {1 = [1, 2, 4, 8]}"])
         return self._acceptance
+
+    def picks_widths(self) -> bool:
+        """Whether the worker picks each decode step's width itself (``AlgorithmSpec.picks_widths``,
+        a function of the settings asked once, as the owner's code)."""
+        if self._picks is None:
+            answer = self._spec_picks
+            if not isinstance(answer, bool):
+                call = "AlgorithmSpec picks_widths(settings)"
+                with self._plugins.code(self.plugin, f"algorithm {self.algorithm}: {call}"):
+                    answer = answer(self.settings)
+                self._check_kind(call, answer, bool, "it must be True or False")
+            self._picks = answer
+        return self._picks
+
+    def chosen_by(self, num_draft_tokens: int, is_draft_worker: bool) -> Optional[str]:
+        """Who chooses each step's width among its bucket's, where a bucket of this worker's widths
+        by batch size gives several (None where none does): :data:`WORKER` (:meth:`picks_widths`),
+        :data:`CONTROLLER` (``widths_by_acceptance``) or :data:`NOBODY` (the bucket's largest)."""
+        buckets = self.widths_by_batch_size(num_draft_tokens, is_draft_worker)
+        if buckets is None or not buckets.chooses:
+            return None
+        if self.picks_widths():
+            return WORKER
+        return CONTROLLER if self.widths_by_acceptance(num_draft_tokens, is_draft_worker) is not None else NOBODY
 
     def candidate_widths(self, num_draft_tokens: int, is_draft_worker: bool) -> Tuple[int, ...]:
         """Every width a TARGET_VERIFY step of this worker may use (the declared widths), ascending."""

@@ -175,6 +175,8 @@ TRTLLM_MHA_VERIFY = {"prefill_attention_backend": "flashinfer", "decode_attentio
 """Attention data parallelism over two ranks (``check`` gets ``--enable-dp-attention``)."""
 
 BAD = "[plugins]\nenable = ['sbd', 'bad']\n"
+CONTINUATIONS = Path(__file__).resolve().parents[2] / "examples/controlled_acceptance_drafter/tests/continuations.json"
+"""The CONTROLLED_ACCEPTANCE example's recorded continuations (its conformance settings')."""
 AGREED = r"\S+/agreement/"
 """The agreement directory of :func:`agreement_holding` (its path)."""
 REMOVE_IT = (r"no process writes one \(records are written whole\): remove it, or the directory \S+/agreement, or unset "
@@ -493,6 +495,35 @@ CASES = [
          since="0.5.14"),
     Case("worker forward is async", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: Worker.forward_batch_generation is a coroutine function \(async def\): SGLang [0-9.post]+ calls it and uses what it returns, which would be a coroutine object; make it a plain def",
          WIDTH, {"bad": "worker_forward_is_async"}, start=FLAGS),
+    # --- settings a worker would ignore or clamp (issue 45): refused, naming the key ---
+    Case("acceptance controller on a drafter that picks its widths",
+         r"\[algorithms.SBD\] widths_by_acceptance in {cfg}: the worker of SBD picks each step's width itself \(AlgorithmSpec "
+         r"picks_widths of plugin 'sbd'\), so the acceptance controller would never choose one; remove widths_by_acceptance",
+         "[plugins]\nenable = ['sbd']\n[algorithms.SBD]\nmax_tokens_per_req = 8\nwidths_by_batch_size = {1 = [2, 4, 8]}\n"
+         "widths_by_acceptance = true\n", ndt=4, algorithm="SBD"),
+    Case("acceptance controller beside a width cycle",
+         r"\[algorithms.CONTROLLED_ACCEPTANCE\] widths_by_acceptance in {cfg}: the worker of CONTROLLED_ACCEPTANCE picks each "
+         r"step's width itself \(AlgorithmSpec picks_widths of plugin 'controlled_acceptance', with these settings\)",
+         "[plugins]\nenable = ['controlled_acceptance']\n[algorithms.CONTROLLED_ACCEPTANCE]\n"
+         f"continuations = '{CONTINUATIONS}'\nwidths_by_batch_size = {{1 = [2, 4]}}\nwidth_cycle = [2, 4]\n"
+         "widths_by_acceptance = true\n", ndt=4, algorithm="CONTROLLED_ACCEPTANCE"),
+    Case("verify width above the draft block",
+         r"plugin 'dflash_block' \(sglang-spec-example-dflash-block==0.1.0\): algorithm DFLASH_BLOCK: validate_server_args "
+         r"refused --speculative-num-draft-tokens 4: ValueError: \[algorithms.DFLASH_BLOCK\] verify_width = 8: it must be an "
+         r"int from 1 to the block the draft model drafts \(4, --speculative-num-draft-tokens\)",
+         "[plugins]\nenable = ['dflash_block']\n[algorithms.DFLASH_BLOCK]\nverify_width = 8\n",
+         start=dict(FLAGS, speculative_algorithm="DFLASH_BLOCK"), since="0.5.14"),
+    Case("block size above ndt",
+         r"algorithm DFLASH_BLOCK: validate_server_args refused --speculative-num-draft-tokens 4: ValueError: "
+         r"\[algorithms.DFLASH_BLOCK\] block_size = 8: it must be an int from 1 to --speculative-num-draft-tokens \(4\)",
+         "[plugins]\nenable = ['dflash_block']\n[algorithms.DFLASH_BLOCK]\nblock_size = 8\n",
+         start=dict(FLAGS, speculative_algorithm="DFLASH_BLOCK"), since="0.5.14"),
+    Case("widths by batch size on the block drafter",
+         r"algorithm DFLASH_BLOCK: \[algorithms.DFLASH_BLOCK\] widths_by_batch_size in {cfg} gives the target worker widths "
+         r"by batch size \{1 = 4, 2 = 2\}, but DFlashBlockWorker verifies one width at every step \(its base's rule, "
+         r"verifies_one_width\): it would verify 4 at every batch size; give one width",
+         "[plugins]\nenable = ['dflash_block']\n[algorithms.DFLASH_BLOCK]\nwidths_by_batch_size = {1 = 4, 2 = 2}\n",
+         start=dict(FLAGS, speculative_algorithm="DFLASH_BLOCK"), since="0.5.14"),
 ]
 
 
