@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, List, Mapping, Optional, Sequence
 
-from ..engine.facts import DRAFT, TARGET, dp_attention, verify_backends
+from ..engine.facts import DRAFT, TARGET, dp_attention, draft_backend, verify_backends
 from ..errors import ConfigError, PluginError, PluginInterrupted, StartupRefused, show
 from ..plugins import OfferedAlgorithm
 from ..policy import VerifyPolicy
@@ -179,11 +179,23 @@ def backend_faults(offered: OfferedAlgorithm, policy: VerifyPolicy, version: str
         if draft not in verifying:
             continue  # no width, a draft worker that never verifies, or a width already refused
         shape = offered.spec.verify_shape
-        width, support = support_at_widths(backend, policy, ndt, shape, draft)  # every width a step may use
+        served = draft_backend(backend) if draft else backend
+        width, support = support_at_widths(served, policy, ndt, shape, draft)  # every width a step may use
         if support.verdict == Serving.REFUSED:
-            found.append(f"--attention-backend {backend} on the {worker_name} at width {width} ({shape}, ndt {ndt}) "
-                         f"on SGLang {version} is refused: {support.reason}")
+            named = f"--attention-backend {backend}" + (f" ({fallback_phrase(backend, served, version)})"
+                                                          if served != backend else "")
+            found.append(f"{named} on the {worker_name} at width {width} ({shape}, ndt {ndt}) on SGLang {version} is "
+                         f"refused: {support.reason}")
     return found
+
+
+def fallback_phrase(named: str, served: str, version: str) -> str:
+    """What a message says of a draft worker that SGLang's draft-worker builder gives ``served`` for ``named``."""
+    from ..engine.facts import draft_backend_rule
+
+    rule = draft_backend_rule()
+    takes = f" (they take {', '.join(rule[0])})" if rule is not None else ""
+    return f"SGLang {version}'s draft workers run {served} for it{takes}"
 
 
 def validator(offered: OfferedAlgorithm, policy: VerifyPolicy, version: str) -> Callable[[Any], None]:
