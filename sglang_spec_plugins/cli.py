@@ -24,7 +24,8 @@ from . import __version__
 from . import config as config_mod
 from . import agreement, answers, loader, ndt_grid, scaffold
 from .errors import SpecPluginError
-from .fingerprint import fingerprint
+from .fingerprint import as_json, fingerprint, fingerprint_data
+from .fingerprint import digest as fingerprint_digest
 from .plugin_calls import package_fault, report_stream
 from .plugins import PluginSet, discover_configured
 from .policy import CONTROLLER, NOBODY, WORKER, build_policies
@@ -250,8 +251,10 @@ def _check(args: argparse.Namespace) -> int:
                          args.attention_backend, args.enable_dp_attention or args.attn_dp_size > 1, args.model_path,
                          args.speculative_draft_model_path, args.cuda_graph_bs)
     problems += sglang["problems"]
-    digest = fingerprint(plugin_set, policies, sglang["version"])
-    problems += agreement.compare(digest, [answer for policy in policies.values() for answer in policy.answers])
+    data = fingerprint_data(plugin_set, policies, sglang["version"])
+    digest = fingerprint_digest(data)
+    problems += agreement.compare(digest, [answer for policy in policies.values() for answer in policy.answers],
+                                  inputs=as_json(data))
     if not args.single_process:
         problems += _compare_with_fresh_process(args.path, ndts, sglang["version"], digest, checked, problems)
     for name, entry in checked.items():
@@ -260,7 +263,8 @@ def _check(args: argparse.Namespace) -> int:
             entry["widths_by_acceptance"] = acceptance.as_plain()
         if args.cuda_graph_bs:
             _add_graph_costs(policies[name], entry, args)
-    data = {"config": plugin_set.config.origin, "ok": not problems, "problems": problems, "notes": list(plugin_set.notes),
+    data = {"config": plugin_set.config.origin, "ok": not problems, "problems": problems,
+            "notes": [*plugin_set.shadowed.values(), *plugin_set.notes],
             "algorithms": checked, "sglang": {k: v for k, v in sglang.items() if k not in ("problems", "not_run")},
             "not_run": sglang["not_run"], "fingerprint": digest}
     if args.json:
@@ -464,7 +468,7 @@ def _describe(plugin_set: PluginSet) -> Dict[str, Any]:
             for name, offered in plugin_set.algorithms.items()
         },
         "failures": [{"plugin": f.plugin, "message": f.message} for f in plugin_set.failures],
-        "notes": list(plugin_set.notes),
+        "notes": [*plugin_set.shadowed.values(), *plugin_set.notes],
     }
 
 

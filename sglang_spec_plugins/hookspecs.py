@@ -13,7 +13,9 @@ Semantics shared by every per-algorithm hook:
   answer wins (``firstresult``). A plugin that implements a hook answers it
   for every algorithm it owns: ``None`` for its own algorithm is an error
   (it is how comparing with a lower-case name would fail), and an answer for
-  another plugin's algorithm is refused by name. Not implementing a hook
+  another plugin's algorithm is refused by name (an algorithm two plugins
+  offer is served by the one plugins.toml names; the other's answers for it
+  are not served, nor refused). Not implementing a hook
   gives the default stated below.
 * ``settings`` is the read-only mapping of the algorithm's table in
   ``plugins.toml`` minus the keys the framework reserves (``plugin``,

@@ -9,7 +9,8 @@ the answer and caches it, so the serving hot path is a dict lookup.
 
 Who is blamed: a hook that raises, answers out of range or answers
 differently twice is the owning plugin's fault; an answer for another
-plugin's algorithm is the answering plugin's fault; a
+plugin's algorithm is the answering plugin's fault (unless it offers that
+algorithm too, and plugins.toml's ``plugin`` chose the other); a
 ``max_tokens_per_req`` below ``num_draft_tokens`` is plugins.toml's fault.
 Plugin faults raise PluginError naming the plugin and its distribution,
 config faults ConfigError naming file, table and key.
@@ -357,6 +358,9 @@ class VerifyPolicy:
         answers = self._plugins.answers(hook_name, call=f"algorithm {self.algorithm}: {call}", settings=self.settings, **kwargs)
         self._refuse_intruders(hook_name, answers)
         if not none_ok and self.plugin in answers and answers[self.plugin] is None:
+            imported = self._plugins.imported_hook(self.plugin, hook_name)
+            if imported is not None:
+                raise self.fault(f"{call} returned None for its own algorithm {self.algorithm}: {_imported(hook_name, imported)}")
             raise self.fault(
                 f"{call} returned None for its own algorithm {self.algorithm}; hooks receive the name upper case, "
                 f"as SGLang registers it (compare with {self.algorithm!r}), and a plugin implementing a hook answers "
@@ -365,14 +369,27 @@ class VerifyPolicy:
         return answers.get(self.plugin)
 
     def _refuse_intruders(self, hook_name: str, answers: Mapping[str, Any]) -> None:
-        intruders = sorted(p for p, a in answers.items() if p != self.plugin and a is not None)
+        """An answer for this algorithm from a plugin that neither owns it nor offers it too is that plugin's
+        fault (a plugin that offers it as well answers for its own offer, which plugins.toml left unserved)."""
+        offering = self._plugins.offered_by.get(self.algorithm, ())
+        intruders = sorted(p for p, a in answers.items() if p != self.plugin and a is not None and p not in offering)
         if intruders:
+            imported = self._plugins.imported_hook(intruders[0], hook_name)
             raise self._plugins.error(
                 intruders[0],
                 f"{hook_name} answered {answers[intruders[0]]!r} for algorithm {self.algorithm}, which plugin "
-                f"{self.plugin!r} owns; return None for algorithms you do not own",
+                f"{self.plugin!r} owns; " + ("return None for algorithms you do not own" if imported is None
+                                             else _imported(hook_name, imported)),
             )
 
+
+
+def _imported(hook_name: str, imported: Tuple[str, str]) -> str:
+    """What a message says of a hook another package defines (:meth:`~.plugins.PluginSet.imported_hook`)."""
+    where, module = imported
+    return (f"this {hook_name} is {where}, which {module} imports (a `from ... import *` brings in every hook of the "
+            f"module it names), and it answers for that module's algorithms; define {hook_name} in {module} for its "
+            "own algorithms, or import only the names it uses")
 
 
 def build_policies(plugin_set: PluginSet, *, tolerate: bool) -> Tuple[PluginSet, Dict[str, VerifyPolicy]]:

@@ -247,3 +247,17 @@ def test_picks_widths_must_be_a_bool_or_a_function():
     with pytest.raises(ValueError, match=r"AlgorithmSpec 'X': picks_widths must be True, False or a function of the "
                                          r"algorithm's settings answering one of them, got 'yes'"):
         AlgorithmSpec(name="X", worker_factory=lambda args: None, picks_widths="yes")
+
+
+def test_the_plugin_plugins_toml_chooses_among_two_offering_an_algorithm_serves_it(site, write_toml):
+    """Two plugins offer SAME and answer its width; plugins.toml names one with plugin = "...": the other is not
+    an intruder for answering its own hook (it offers SAME too), and the chosen one's answers are served."""
+    from sglang_spec_plugins.policy import build_policies
+
+    site.add("one", {"one": "one_mod"}, {"one_mod": simple_plugin("SAME", width="2", draft="True")})
+    site.add("two", {"two": "two_mod"}, {"two_mod": simple_plugin("SAME", width="3", draft="False")})
+    for chosen, width in (("one", 2), ("two", 3)):
+        ps = discover(config.load(write_toml(f"[plugins]\nenable = ['one', 'two']\n[algorithms.SAME]\nplugin = '{chosen}'\n")))
+        ps, policies = build_policies(ps, tolerate=False)
+        assert policies["SAME"].plugin == chosen and policies["SAME"].width(8, False) == width
+        assert policies["SAME"].draft_may_verify() is (chosen == "one")

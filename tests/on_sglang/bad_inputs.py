@@ -495,6 +495,19 @@ CASES = [
          since="0.5.14"),
     Case("worker forward is async", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: Worker.forward_batch_generation is a coroutine function \(async def\): SGLang [0-9.post]+ calls it and uses what it returns, which would be a coroutine object; make it a plain def",
          WIDTH, {"bad": "worker_forward_is_async"}, start=FLAGS),
+    # --- the true culprit (issue 45) ---
+    Case("hooks brought in by an import",
+         r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: sgl_spec_verify_width\(num_draft_tokens=8, is_draft_worker=False\) "
+         r"returned None for its own algorithm BAD: this sgl_spec_verify_width is prompt_lookup_drafter.plugin.sgl_spec_verify_width "
+         r"\(\S+/prompt_lookup_drafter/plugin.py\), which bad_mod imports \(a `from ... import \*` brings in every hook of "
+         r"the module it names\), and it answers for that module's algorithms; define sgl_spec_verify_width in bad_mod "
+         r"for its own algorithms, or import only the names it uses\Z",
+         WIDTH, {"bad": "imports_the_hooks_of_another_plugin"}, ndt=8),
+    Case("hooks brought in by an import answer for their module's algorithm",
+         r"plugin 'bad' \(bad-drafter==1.0\): sgl_spec_verify_width answered 16 for algorithm PROMPT_LOOKUP, which plugin "
+         r"'prompt_lookup' owns; this sgl_spec_verify_width is prompt_lookup_drafter.plugin.sgl_spec_verify_width "
+         r"\(\S+/prompt_lookup_drafter/plugin.py\), which bad_mod imports",
+         "[plugins]\nenable = ['prompt_lookup', 'bad']\n", {"bad": "imports_the_hooks_of_another_plugin"}),
     # --- settings a worker would ignore or clamp (issue 45): refused, naming the key ---
     Case("acceptance controller on a drafter that picks its widths",
          r"\[algorithms.SBD\] widths_by_acceptance in {cfg}: the worker of SBD picks each step's width itself \(AlgorithmSpec "
