@@ -27,13 +27,12 @@ import logging
 from typing import Any, Callable, List, Mapping, Optional, Sequence
 
 from ..engine.facts import DRAFT, TARGET, dp_attention, draft_backend, verify_backends
-from ..errors import ConfigError, PluginError, PluginInterrupted, StartupRefused, show
+from ..errors import BEFORE_WEIGHTS, ConfigError, PluginError, PluginInterrupted, StartupRefused, show
 from ..plugins import OfferedAlgorithm
 from ..policy import VerifyPolicy
 
 logger = logging.getLogger("sglang_spec_plugins")
 
-BEFORE_WEIGHTS = " (found while SGLang resolved its server arguments, before loading any weights)"
 
 def faults(offered: OfferedAlgorithm, policy: VerifyPolicy, server_args: Any, version: str, *,
            ndt: Optional[int], disable_overlap: bool, backends: Mapping[str, str], release: Any = None,

@@ -188,6 +188,30 @@ WIDTH = "[plugins]\nenable = ['bad']\n"
 BY_BATCH = "[algorithms.BAD]\nmax_tokens_per_req = 6\nwidths_by_batch_size = {1 = 6, 2 = 4, 4 = 2}\n"
 """Widths by batch size at ndt 4 (FLAGS): 6 tokens per request for one request, 4 for 2-3, 2 from 4."""
 
+def _drafts() -> Dict[str, Path]:
+    """Draft checkpoints with one fault each, in DFlash's layout for the tiny Llama otherwise (a folder under the
+    system's temporary folder, made once per process): ``list``, a config.json holding a list; ``layers``,
+    ``dflash_config.target_layer_ids`` an int."""
+    import tempfile
+
+    from sglang_spec_plugins.testing.draft_checkpoint import dflash_draft
+    from sglang_spec_plugins.testing.scheduler_start import TINY_LLAMA
+
+    root = Path(tempfile.gettempdir()) / f"sglang-spec-plugins-tests-drafts-{os.getpid()}"
+    found = {"list": root / "list", "layers": root / "layers"}
+    if not (found["layers"] / "config.json").exists():
+        dflash_draft(found["layers"], TINY_LLAMA, block_size=4, mask_token_id=255, target_layer_ids=[0])
+        config = json.loads((found["layers"] / "config.json").read_text())
+        config["dflash_config"]["target_layer_ids"] = 0
+        (found["layers"] / "config.json").write_text(json.dumps(config))
+        found["list"].mkdir(parents=True, exist_ok=True)
+        (found["list"] / "config.json").write_text("[1, 2]")
+    return found
+
+
+DRAFTS = _drafts()
+
+
 CASES = [
     # --- plugins.toml: the file itself ---
     Case("toml syntax", r"{cfg}: not valid TOML: .*\(at line 2, column \d+\)", "[plugins]\nenable = [sbd]\n"),
@@ -495,6 +519,26 @@ CASES = [
          since="0.5.14"),
     Case("worker forward is async", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: Worker.forward_batch_generation is a coroutine function \(async def\): SGLang [0-9.post]+ calls it and uses what it returns, which would be a coroutine object; make it a plain def",
          WIDTH, {"bad": "worker_forward_is_async"}, start=FLAGS),
+    # --- draft checkpoints, refused before SGLang reads them (issue 45) ---
+    Case("draft folder missing",
+         r"plugin 'dflash_block' \(sglang-spec-example-dflash-block==0.1.0\): algorithm DFLASH_BLOCK: "
+         r"--speculative-draft-model-path /nonexistent/sglang-spec-plugins-draft: no such folder \(nor a Hugging Face "
+         r"repo id, 'name' or 'namespace/name'\)",
+         "[plugins]\nenable = ['dflash_block']\n",
+         start=dict(FLAGS, speculative_algorithm="DFLASH_BLOCK",
+                    speculative_draft_model_path="/nonexistent/sglang-spec-plugins-draft"), since="0.5.14"),
+    Case("draft config not an object",
+         r"algorithm DFLASH_BLOCK: --speculative-draft-model-path \S+: \S+/config.json: a JSON list, not an object "
+         r"holding the model's settings",
+         "[plugins]\nenable = ['dflash_block']\n",
+         start=dict(FLAGS, speculative_algorithm="DFLASH_BLOCK", speculative_draft_model_path=str(DRAFTS["list"])),
+         since="0.5.14"),
+    Case("draft target_layer_ids not a list",
+         r"algorithm DFLASH_BLOCK: \S+/config.json dflash_config.target_layer_ids = 0: not a list of the target's layer "
+         r"indices \(ints\), the layers whose hidden states the draft reads",
+         "[plugins]\nenable = ['dflash_block']\n",
+         start=dict(FLAGS, speculative_algorithm="DFLASH_BLOCK", speculative_draft_model_path=str(DRAFTS["layers"])),
+         since="0.5.14"),
     # --- the true culprit (issue 45) ---
     Case("hooks brought in by an import",
          r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: sgl_spec_verify_width\(num_draft_tokens=8, is_draft_worker=False\) "
@@ -540,6 +584,7 @@ CASES = [
 ]
 
 
+
 def resolve_server_args(**fields):
     """SGLang's own ``ServerArgs`` for ``fields`` resolved as ``launch_server`` resolves them: the command line
     through the release's ``prepare_server_args`` (``--model-path`` a two-layer Llama config, on the CPU), then
@@ -583,7 +628,9 @@ def check_flags(case: Case) -> List[str]:
     return ([f"-n{ndt}"] if ndt else []) + (["--disable-overlap-schedule"] if fields.get("disable_overlap_schedule") else []) \
         + ([f"--attention-backend={backend}"] if backend else []) \
         + (["--enable-dp-attention"] if fields.get("enable_dp_attention") else []) \
-        + ([f"--attn-dp-size={fields['attn_dp_size']}"] if fields.get("attn_dp_size") else [])
+        + ([f"--attn-dp-size={fields['attn_dp_size']}"] if fields.get("attn_dp_size") else []) \
+        + ([f"--speculative-draft-model-path={fields['speculative_draft_model_path']}"]
+           if fields.get("speculative_draft_model_path") else [])
 
 
 def prepare(case: Case, root: Path, site) -> Dict[str, str]:
