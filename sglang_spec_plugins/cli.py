@@ -48,15 +48,21 @@ it reports the faults the server would stop on.
 - Every width SGLang asks for at each -n N (without -n: at each of the default
   speculative_num_draft_tokens the algorithm's validator and max_tokens_per_req allow): the
   target worker's, the maximum and, where the draft worker may verify, the draft worker's;
-  each asked twice, and widths by batch size bucket by bucket.
+  each asked twice, and widths by batch size bucket by bucket, with who chooses a step's
+  width where a bucket gives several (the worker, the acceptance controller, or nobody: the
+  bucket's largest). A setting the worker would not serve is a problem naming its key (an
+  acceptance controller beside a worker that picks its own widths, widths by batch size on
+  a worker that verifies one width).
 - The same check again in a fresh process, compared by fingerprint and widths
   (--single-process skips it); and, where $SGLANG_SPEC_PLUGINS_AGREEMENT names a running
   server's agreement, the differences from it.
 - Where SGLang is installed: whether the release can serve plugin algorithms; the overlap
   rule (supports_overlap=False needs --disable-overlap-schedule, read off the release);
   whether each worker class fits the release's worker contract; each algorithm's own
-  validate_server_args on the release's ServerArgs; and each attention backend's verdict on
-  every width (served / patched / refused). A refusal of the backend named with
+  validate_server_args on the release's ServerArgs (policy_for answering it as in a server);
+  a draft model's checkpoint; and each attention backend's verdict on every width (served /
+  patched / refused; a draft worker's on the backend SGLang's draft-worker builder gives
+  it, which may differ from the one named). A refusal of the backend named with
   --attention-backend is a problem, and so is a backend the release does not know. With
   --enable-dp-attention or --attn-dp-size above 1, widths by batch size (two widths or more)
   are a problem, with or without -n.
