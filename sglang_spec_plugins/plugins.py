@@ -17,6 +17,7 @@ import importlib.util
 import inspect
 import os
 import re
+import sys
 from importlib import metadata
 from pathlib import Path
 from types import MappingProxyType
@@ -235,7 +236,6 @@ def discover(
     infos: List[PluginInfo] = []
     failures: List[PluginFailure] = []
     offered: Dict[str, List[Tuple[str, hookspecs.AlgorithmSpec]]] = {}
-    shadowed: Dict[str, str] = {}
 
     for name in selected:
         try:
@@ -248,9 +248,6 @@ def discover(
             failures.append(PluginFailure(name, str(exc)))
             continue
         infos.append(info)
-        hidden = _shadowed(name, by_name[name][0])
-        if hidden:
-            shadowed[name] = hidden
         for spec in specs:
             offered.setdefault(spec.name.upper(), []).append((name, spec))
 
@@ -259,27 +256,46 @@ def discover(
     if problems:
         raise ConfigError(problems)
     return PluginSet(pm, infos, algorithms, failures, config, notes,
-                     {name: [plugin for plugin, _ in offers] for name, offers in offered.items()}, shadowed)
+                     {name: [plugin for plugin, _ in offers] for name, offers in offered.items()},
+                     _shadowed({info.name: by_name[info.name][0] for info in infos}))
 
 
-def _shadowed(name: str, ep: metadata.EntryPoint) -> Optional[str]:
-    """What says that the distribution plugin ``name`` loads from (``ep``'s) is installed again later on
-    ``sys.path`` (Python reads the first: the others are never imported), or None."""
-    dist = getattr(ep, "dist", None)
-    folder = getattr(dist, "_path", None)  # PathDistribution's metadata folder (no public name for it)
-    if folder is None:
-        return None
-    dist_name, version = fields(dist, "Name", "Version")
-    here = dist.locate_file("")
-    others = [other for other in metadata.distributions(name=dist_name)
-              if getattr(other, "_path", None) not in (None, folder)]
-    if not others:
-        return None
-    hidden = "; ".join(f"{other_name}=={other_version} at {other.locate_file('')}"
-                       for other in others for other_name, other_version in [fields(other, "Name", "Version")])
-    return (f"plugin {name!r} loads {dist_name}=={version} from {here}, the first on sys.path; it shadows {hidden}, "
-            "which is never imported (pip install --user, another site-packages or PYTHONPATH): uninstall the one "
-            "not meant to serve")
+def _shadowed(loaded: Mapping[str, metadata.EntryPoint]) -> Dict[str, str]:
+    """Plugin name -> what says that the distribution it loads from (its entry point's) is installed again
+    later on ``sys.path`` (Python reads the first: the others are never imported). One listing of each
+    ``sys.path`` folder for every plugin (``importlib.metadata`` would search them once per plugin)."""
+    mine = {name: getattr(getattr(ep, "dist", None), "_path", None) for name, ep in loaded.items()}
+    wanted = {_dist_of(folder.name) for folder in mine.values() if isinstance(folder, Path)}
+    installs: Dict[str, List[Path]] = {}
+    for entry in sys.path if wanted else ():
+        try:
+            names = os.listdir(entry or ".")
+        except OSError:  # absent, or a file
+            continue
+        for found in names:
+            if found.endswith((".dist-info", ".egg-info")) and _dist_of(found) in wanted:
+                installs.setdefault(_dist_of(found), []).append(Path(entry or ".", found))
+    lines = {}
+    for name, folder in mine.items():
+        if not isinstance(folder, Path):
+            continue
+        others = [f for f in installs.get(_dist_of(folder.name), []) if f.resolve() != folder.resolve()]
+        if others:
+            dist_name, version = fields(loaded[name].dist, "Name", "Version")
+            hidden = "; ".join(f"{other_name}=={other_version} at {other.parent}" for other in others
+                               for other_name, other_version in [fields(metadata.PathDistribution(other), "Name",
+                                                                        "Version")])
+            lines[name] = (f"plugin {name!r} loads {dist_name}=={version} from {folder.parent}, the first on sys.path; "
+                           f"it shadows {hidden}, which is never imported (pip install --user, another site-packages "
+                           "or PYTHONPATH): uninstall the one not meant to serve")
+    return lines
+
+
+def _dist_of(folder: str) -> str:
+    """The distribution a metadata folder's name (``name-version.dist-info``, ``name.egg-info``) is of, as
+    packaging compares names (PEP 503)."""
+    name = folder.rsplit(".", 1)[0] if folder.endswith(".egg-info") else folder
+    return re.sub(r"[-_.]+", "-", name.split("-")[0]).lower()
 
 
 def _by_name(entry_points: Iterable[metadata.EntryPoint]) -> Dict[str, List[metadata.EntryPoint]]:
