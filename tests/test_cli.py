@@ -542,6 +542,9 @@ def test_check_runs_a_validator_that_reads_its_settings_through_policy_for(cli, 
         cfg.write_text(f"[plugins]\nenable = ['sbd']\n[algorithms.SBD]\nmask_token_id = {mask}\n")
         data = json.loads(cli("check", cfg, "-n", "4", "--single-process", "--disable-overlap-schedule", "--model-path",
                               model, "--json")[1])
+        unbuilt = [line for line in data["sglang"]["lines"] if "ServerArgs could not be built here" in line]
+        if unbuilt:  # 0.5.16 on a CPU builds none with a model path ("No accelerator"): check says it did not run them
+            pytest.skip(unbuilt[0])
         problems = data["problems"]
         if refused:
             assert [p.split(": ValueError: ")[-1] for p in problems] == [

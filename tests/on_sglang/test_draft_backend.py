@@ -5,6 +5,7 @@ take (it said the draft worker ran torch_native, while SGLang built it on flashi
 models' weights had loaded)."""
 
 import importlib
+import inspect
 import json
 
 import pytest
@@ -33,8 +34,10 @@ def test_the_probe_says_what_the_release_gives_a_draft_worker(named):
         assert draft_backend_rule() is None and draft_backend(named) == named  # the backend named, as is
         pytest.skip(f"SGLang {contract().release} has no draft-worker builder: a draft worker runs the backend named")
     with runner_drive.published(attention_backend=named, prefill_attention_backend=named,
-                                speculative_draft_attention_backend=None):
-        given = resolve(algo_label="DFLASH_BLOCK")
+                                speculative_draft_attention_backend=None) as server_args:
+        takes = inspect.signature(resolve).parameters  # 0.5.16-0.5.18 hand it the arguments
+        given = resolve(algo_label="DFLASH_BLOCK", **({"draft_server_args": server_args}
+                                                      if "draft_server_args" in takes else {}))
     assert draft_backend(named) == given, (named, given, draft_backend_rule())
 
 
