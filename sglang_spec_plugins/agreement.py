@@ -17,7 +17,13 @@ file), ``fingerprint.json`` and ``answer.<digest of what it answers>.json``
 (an algorithm name may be as long as a file name may not), each a JSON object
 with ``answer``, ``value`` and the recording ``process``, ``pid`` and
 ``started`` (its start time, so that a pid used again by another process is
-told apart). What a machine may hold there instead stops the process with an
+told apart). The first process records, before its fingerprint, what the
+fingerprint digests (:data:`INPUTS`), so that a process whose fingerprint
+differs is told what differs (a plugin installed or upgraded while the ranks
+start, another plugins.toml). The directory it makes is named after it (pid
+and start time): one that is gone while that process, an ancestor, still runs
+was removed under the server, and a process that would otherwise agree with
+nobody is refused. What a machine may hold there instead stops the process with an
 :class:`AgreementError` naming the path and what to remove or set: a path
 that is not a directory, a directory it cannot write, a file that is not a
 record (empty, truncated, of another shape, a directory in its place), a
@@ -164,14 +170,13 @@ def _refuse_vanished(named: str) -> None:
     removed while the server's processes start. Another that is gone is an earlier server's (a process
     spawned from a launcher with one is warned that it agrees with nobody)."""
     found = re.fullmatch(rf"{re.escape(PREFIX)}(\d+)-(\d+|None)-\w+", Path(named).name)
-    ancestors = _ancestors()
     if found is None:
         if multiprocessing.parent_process() is not None:
             logger.warning("sglang-spec-plugins: %s=%s names no directory: this process, spawned by another, makes an "
                            "agreement of its own and agrees with no other process of its server; if its launcher made "
                            "that directory, something removed it: restart the server", AGREEMENT_ENV, named)
         return
-    pid, when = int(found.group(1)), found.group(2)
+    pid, when, ancestors = int(found.group(1)), found.group(2), _ancestors()
     if ancestors is None or pid not in ancestors or (when != "None" and str(started(pid)) != when):
         return
     raise AgreementError(
