@@ -17,7 +17,13 @@ file), ``fingerprint.json`` and ``answer.<digest of what it answers>.json``
 (an algorithm name may be as long as a file name may not), each a JSON object
 with ``answer``, ``value`` and the recording ``process``, ``pid`` and
 ``started`` (its start time, so that a pid used again by another process is
-told apart). What a machine may hold there instead stops the process with an
+told apart). The first process records, before its fingerprint, what the
+fingerprint digests (:data:`INPUTS`), so that a process whose fingerprint
+differs is told what differs (a plugin installed or upgraded while the ranks
+start, another plugins.toml). The directory it makes is named after it (pid
+and start time): one that is gone while that process, an ancestor, still runs
+was removed under the server, and a process that would otherwise agree with
+nobody is refused. What a machine may hold there instead stops the process with an
 :class:`AgreementError` naming the path and what to remove or set: a path
 that is not a directory, a directory it cannot write, a file that is not a
 record (empty, truncated, of another shape, a directory in its place), a
@@ -37,8 +43,10 @@ from __future__ import annotations
 import atexit
 import hashlib
 import json
+import logging
 import multiprocessing
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -48,13 +56,23 @@ from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Tuple
 from .config import file_kind
 from .errors import SpecPluginError, printable
 
+logger = logging.getLogger("sglang_spec_plugins")
+
 AGREEMENT_ENV = "SGLANG_SPEC_PLUGINS_AGREEMENT"
 """Environment variable: the directory where this server's processes record their fingerprint and answers."""
 
 FINGERPRINT = "fingerprint"
 """The answer ``fingerprint.json`` records."""
 
+INPUTS = "fingerprint inputs"
+"""The answer whose record holds what a fingerprint digests (:func:`~.fingerprint.fingerprint_data`), so
+that a process whose fingerprint differs is told what differs."""
+
 RECORD_KEYS = ("answer", "value", "process", "pid", "started")
+
+PREFIX = "sglang-spec-plugins-"
+"""How the directory a server's first process makes is named: then its pid and start time (``-None``
+where it cannot be read), so that one gone while that process runs is told from an earlier server's."""
 
 
 class AgreementError(SpecPluginError):
@@ -112,16 +130,20 @@ def record_file(where: Path, answer: str) -> Path:
     return where / f"answer.{hashlib.sha256(answer.encode('utf-8')).hexdigest()[:16]}.json"
 
 
-def join(fingerprint: str, environ=os.environ) -> str:
+def join(fingerprint: str, environ=os.environ, inputs: Any = None) -> str:
     """Take part in this server's agreement: create it (first process) or
-    compare ``fingerprint`` with the one recorded. Returns a log line."""
+    compare ``fingerprint`` with the one recorded; ``inputs``: what it digests
+    (:func:`~.fingerprint.as_json` of :func:`~.fingerprint.fingerprint_data`),
+    recorded by the first process and compared to say what differs. Returns a log line."""
     global _joined, _created
     named = _named(environ)
+    if named is None and environ.get(AGREEMENT_ENV):
+        _refuse_vanished(environ[AGREEMENT_ENV])
     if named is not None and _spawned_by(named):
         where = named
     else:  # the first process of a server (an agreement inherited from an unrelated process is not ours)
         try:
-            where = Path(tempfile.mkdtemp(prefix="sglang-spec-plugins-"))
+            where = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-{_started_here()}-"))
         except OSError as exc:
             raise AgreementError(f"cannot make an agreement directory in {tempfile.gettempdir()} ({_os_error(exc)}); set "
                                  f"TMPDIR to a writable directory, or {AGREEMENT_ENV} to one made for this server") from exc
@@ -129,13 +151,39 @@ def join(fingerprint: str, environ=os.environ) -> str:
         environ[AGREEMENT_ENV] = str(where)
         _created = where
         atexit.register(shutil.rmtree, where, True)
+    if inputs is not None and not record_file(where, FINGERPRINT).exists():
+        # the first process, before its fingerprint: whoever reads the fingerprint finds what it digests
+        _record_or_read(where, INPUTS, inputs, "this process's fingerprint")
     first = _record_or_read(where, FINGERPRINT, fingerprint, "this process's fingerprint")
     _refuse_unrelated(where, first)
     if first["value"] != fingerprint:
-        raise DisagreementError(_fingerprint_message(fingerprint, first, where))
+        raise DisagreementError(_fingerprint_message(fingerprint, first, where, inputs))
     _joined = where
     return printable(f"agreement {where}: fingerprint {fingerprint} "
                      + ("recorded" if _is_me(first) else f"equals {first['process']}'s"))
+
+
+def _refuse_vanished(named: str) -> None:
+    """Refuse an agreement directory that a process of this server made (its name holds the maker's pid and
+    start time: :data:`PREFIX`) and that is gone while its maker, an ancestor of this process, still runs:
+    removed while the server's processes start. Another that is gone is an earlier server's (a process
+    spawned from a launcher with one is warned that it agrees with nobody)."""
+    found = re.fullmatch(rf"{re.escape(PREFIX)}(\d+)-(\d+|None)-\w+", Path(named).name)
+    if found is None:
+        if multiprocessing.parent_process() is not None:
+            logger.warning("sglang-spec-plugins: %s=%s names no directory: this process, spawned by another, makes an "
+                           "agreement of its own and agrees with no other process of its server; if its launcher made "
+                           "that directory, something removed it: restart the server", AGREEMENT_ENV, named)
+        return
+    pid, when, ancestors = int(found.group(1)), found.group(2), _ancestors()
+    if ancestors is None or pid not in ancestors or (when != "None" and str(started(pid)) != when):
+        return
+    raise AgreementError(
+        f"{AGREEMENT_ENV}={named}: this server's agreement directory, made by its process pid {pid} (an ancestor of this "
+        "process, still running), is gone: something removed it while the server's processes started (a cleaner of "
+        "temporary files, such as systemd-tmpfiles or tmpwatch, or a script), so this process cannot agree with the "
+        "others on the widths they serve; restart the server, and keep the directory: set TMPDIR, or "
+        f"{AGREEMENT_ENV} to a directory made for this server, to one no cleaner removes")
 
 
 def agree(answer: Answer) -> None:
@@ -148,7 +196,7 @@ def agree(answer: Answer) -> None:
         raise DisagreementError(_answer_message(answer, first))
 
 
-def compare(fingerprint: str, answers: Iterable[Answer], environ=os.environ) -> List[str]:
+def compare(fingerprint: str, answers: Iterable[Answer], environ=os.environ, inputs: Any = None) -> List[str]:
     """Problems between this process's answers and a server's agreement named
     in ``environ`` (none if there is none), as :func:`join` and :func:`agree`
     would meet them; records nothing."""
@@ -159,7 +207,7 @@ def compare(fingerprint: str, answers: Iterable[Answer], environ=os.environ) -> 
         problems = []
         recorded = _read(where, FINGERPRINT)
         if recorded is not None and recorded["value"] != fingerprint:
-            problems.append(_fingerprint_message(fingerprint, recorded, where))
+            problems.append(_fingerprint_message(fingerprint, recorded, where, inputs))
         for answer in answers:
             first = _read(where, answer.key)
             if first is not None and first["value"] != answer.value:
@@ -245,6 +293,11 @@ def _record_or_read(where: Path, answer: str, value: Any, what: str) -> Dict[str
         finally:
             scratch.unlink(missing_ok=True)
     except OSError as exc:
+        if not where.is_dir():
+            raise AgreementError(f"{AGREEMENT_ENV}={where}: cannot record {what}: the directory is gone, removed while "
+                                 "the server runs (a cleaner of temporary files, or a script), so its processes can no "
+                                 "longer agree on the widths they serve; restart the server, and keep the directory: "
+                                 f"set TMPDIR, or {AGREEMENT_ENV} to one no cleaner removes") from exc
         raise AgreementError(f"{AGREEMENT_ENV}={where}: cannot record {what} in it ({_os_error(exc)}); make it writable "
                              f"for this process, or unset {AGREEMENT_ENV} (the server's first process then makes a fresh "
                              "directory)") from exc
@@ -336,11 +389,30 @@ def _os_error(exc: OSError) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _fingerprint_message(fingerprint: str, first: Dict[str, Any], where: Path) -> str:
-    return (f"this process ({process_label()}) has fingerprint {fingerprint}, but {first['process']} of the same "
-            f"server has {first['value']}: they load other plugins, plugin versions, plugins.toml settings or "
-            f"answers (another plugins.toml through the environment, another installed version); compare the "
-            f"'fingerprint' log lines of both processes ({AGREEMENT_ENV}={where})")
+def _fingerprint_message(fingerprint: str, first: Dict[str, Any], where: Path, inputs: Any = None) -> str:
+    """Why this process may not join: its fingerprint, the recorded one, and what differs where both
+    processes' inputs are known (:data:`INPUTS`)."""
+    from .fingerprint import differences, digest
+
+    head = f"this process ({process_label()}) has fingerprint {fingerprint}, but {first['process']} of the same " \
+           f"server has {first['value']}"
+    theirs = _read(where, INPUTS) if inputs is not None else None
+    if theirs is not None and isinstance(theirs["value"], dict) and digest(theirs["value"]) == first["value"]:
+        found = differences(inputs, theirs["value"], theirs["process"])
+        if found:
+            cause = ("a plugin was installed, upgraded or removed while the server's processes started (or they see "
+                     "other installed packages): restart the server once no install runs"
+                     if any(line.startswith(("plugin ", "sglang-spec-plugins ", "SGLang ")) for line in found) else
+                     "they read other plugins.toml settings (SGLANG_SPEC_PLUGINS_CONFIG, or a file changed while they "
+                     "started): give every process of the server the same file")
+            return f"{head}: {'; '.join(found)}; {cause} ({AGREEMENT_ENV}={where})"
+    loads = ""
+    if isinstance(inputs, dict):
+        plugins = [f"{p[0]} ({p[1]}=={p[2]})" if p[1] else p[0] for p in inputs.get("plugins", [])]
+        loads = f"; this process loads plugins {', '.join(plugins) or 'none'} on SGLang {inputs.get('sglang')}"
+    return (f"{head}: they load other plugins, plugin versions, plugins.toml settings or answers (another "
+            f"plugins.toml through the environment, another installed version){loads}; compare with the "
+            f"'fingerprint' log line of {first['process']} ({AGREEMENT_ENV}={where})")
 
 
 def _answer_message(answer: Answer, first: Dict[str, Any]) -> str:

@@ -28,6 +28,9 @@ TIMEOUT_S = 600
 BY_BATCH_SIZE = {False: "target_widths_by_batch_size", True: "draft_widths_by_batch_size"}
 """A row's keys for each worker's widths by batch size."""
 
+CHOSEN_BY = {False: "target_chosen_by", True: "draft_chosen_by"}
+"""A row's keys for who chooses each step's width among its bucket's (:meth:`~.policy.VerifyPolicy.chosen_by`)."""
+
 
 class FreshProcessFailed(Exception):
     """The fresh process gave no answer table; ``str()`` says why, with the end of its output."""
@@ -37,7 +40,8 @@ def table(policy, ndts: Iterable[int], on_fault: Optional[Callable[[int, Excepti
     """``{"plugin", "draft_may_verify", "widths": {"<ndt>": row}}``; a row holds
     ``max``, ``target``, ``draft`` (only where the draft worker may verify:
     only then does it run TARGET_VERIFY at its width) and the widths by batch
-    size of each such worker (``{"1": 16, "8": 8}``) where it has them. A
+    size of each such worker (``{"1": 16, "8": 8}``) where it has them, and,
+    where a bucket gives several, who chooses a step's among them. A
     refused answer at one ndt raises, or goes to ``on_fault(ndt, error)`` and
     that ndt is left out."""
     verifies = policy.draft_may_verify()
@@ -52,6 +56,9 @@ def table(policy, ndts: Iterable[int], on_fault: Optional[Callable[[int, Excepti
                 buckets = policy.widths_by_batch_size(ndt, draft)
                 if buckets is not None:
                     row[BY_BATCH_SIZE[draft]] = buckets.as_plain()
+                chooser = policy.chosen_by(ndt, draft)
+                if chooser is not None:
+                    row[CHOSEN_BY[draft]] = chooser
         except (SpecPluginError, ValueError) as exc:
             if on_fault is None:
                 raise

@@ -24,10 +24,11 @@ from . import __version__
 from . import config as config_mod
 from . import agreement, answers, loader, ndt_grid, scaffold
 from .errors import SpecPluginError, printable
-from .fingerprint import fingerprint
+from .fingerprint import as_json, fingerprint, fingerprint_data
+from .fingerprint import digest as fingerprint_digest
 from .plugin_calls import package_fault, report_stream
 from .plugins import PluginSet, discover_configured
-from .policy import build_policies
+from .policy import CONTROLLER, NOBODY, WORKER, build_policies
 from .widths_by_batch_size import graph_cost
 
 LOADER_ENTRY_POINT = "sglang_spec_plugins"
@@ -47,15 +48,21 @@ it reports the faults the server would stop on.
 - Every width SGLang asks for at each -n N (without -n: at each of the default
   speculative_num_draft_tokens the algorithm's validator and max_tokens_per_req allow): the
   target worker's, the maximum and, where the draft worker may verify, the draft worker's;
-  each asked twice, and widths by batch size bucket by bucket.
+  each asked twice, and widths by batch size bucket by bucket, with who chooses a step's
+  width where a bucket gives several (the worker, the acceptance controller, or nobody: the
+  bucket's largest). A setting the worker would not serve is a problem naming its key (an
+  acceptance controller beside a worker that picks its own widths, widths by batch size on
+  a worker that verifies one width).
 - The same check again in a fresh process, compared by fingerprint and widths
   (--single-process skips it); and, where $SGLANG_SPEC_PLUGINS_AGREEMENT names a running
   server's agreement, the differences from it.
 - Where SGLang is installed: whether the release can serve plugin algorithms; the overlap
   rule (supports_overlap=False needs --disable-overlap-schedule, read off the release);
   whether each worker class fits the release's worker contract; each algorithm's own
-  validate_server_args on the release's ServerArgs; and each attention backend's verdict on
-  every width (served / patched / refused). A refusal of the backend named with
+  validate_server_args on the release's ServerArgs (policy_for answering it as in a server);
+  a draft model's checkpoint; and each attention backend's verdict on every width (served /
+  patched / refused; a draft worker's on the backend SGLang's draft-worker builder gives
+  it, which may differ from the one named). A refusal of the backend named with
   --attention-backend is a problem, and so is a backend the release does not know. With
   --enable-dp-attention or --attn-dp-size above 1, widths by batch size (two widths or more)
   are a problem, with or without -n.
@@ -220,6 +227,11 @@ def _graphs_text(cost: Dict[str, Any]) -> str:
            f"{cost['logit_rows']} logit rows{size}"
 
 
+_CHOSEN_TEXT = {WORKER: "each step's width chosen by the worker", CONTROLLER: "each step's width chosen by the "
+                "acceptance controller", NOBODY: "each step at its bucket's largest: nobody chooses"}
+"""How ``check`` says who chooses a step's width among its bucket's (:meth:`~.policy.VerifyPolicy.chosen_by`)."""
+
+
 def _buckets_text(plain: Dict[str, int]) -> str:
     return "{" + ", ".join(f"{size} = {width}" for size, width in plain.items()) + "}"
 
@@ -234,17 +246,22 @@ def _check(args: argparse.Namespace) -> int:
     def fault(ndt: int, exc: Exception) -> None:
         problems.append(str(exc) + ("" if args.num_draft_tokens else f" (found at a default ndt; `check -n {ndt}` shows it alone)"))
 
-    ndts = {name: tuple(args.num_draft_tokens) or ndt_grid.accepted(plugin_set.algorithms[name], ndt_grid.grid(plugin_set.algorithms[name]))
-            for name in policies}
-    checked = {name: answers.table(policy, ndts[name], fault) for name, policy in policies.items()}
+    from .engine.algorithm import checking
     from .serving.prediction import predict  # imports SGLang only if it is installed
 
-    sglang = predict(plugin_set, policies, args.num_draft_tokens, args.disable_overlap_schedule, args.attention_backend,
-                     args.enable_dp_attention or args.attn_dp_size > 1, args.model_path, args.speculative_draft_model_path,
-                     args.cuda_graph_bs)
+    with checking(policies):  # the plugins' validators and factories ask policy_for, as in a server
+        ndts = {name: tuple(args.num_draft_tokens) or ndt_grid.accepted(plugin_set.algorithms[name],
+                                                                        ndt_grid.grid(plugin_set.algorithms[name]))
+                for name in policies}
+        checked = {name: answers.table(policy, ndts[name], fault) for name, policy in policies.items()}
+        sglang = predict(plugin_set, policies, args.num_draft_tokens, args.disable_overlap_schedule,
+                         args.attention_backend, args.enable_dp_attention or args.attn_dp_size > 1, args.model_path,
+                         args.speculative_draft_model_path, args.cuda_graph_bs)
     problems += sglang["problems"]
-    digest = fingerprint(plugin_set, policies, sglang["version"])
-    problems += agreement.compare(digest, [answer for policy in policies.values() for answer in policy.answers])
+    data = fingerprint_data(plugin_set, policies, sglang["version"])
+    digest = fingerprint_digest(data)
+    problems += agreement.compare(digest, [answer for policy in policies.values() for answer in policy.answers],
+                                  inputs=as_json(data))
     if not args.single_process:
         problems += _compare_with_fresh_process(args.path, ndts, sglang["version"], digest, checked, problems)
     for name, entry in checked.items():
@@ -253,7 +270,8 @@ def _check(args: argparse.Namespace) -> int:
             entry["widths_by_acceptance"] = acceptance.as_plain()
         if args.cuda_graph_bs:
             _add_graph_costs(policies[name], entry, args)
-    data = {"config": plugin_set.config.origin, "ok": not problems, "problems": problems, "notes": list(plugin_set.notes),
+    data = {"config": plugin_set.config.origin, "ok": not problems, "problems": problems,
+            "notes": [*plugin_set.shadowed.values(), *plugin_set.notes],
             "algorithms": checked, "sglang": {k: v for k, v in sglang.items() if k not in ("problems", "not_run")},
             "not_run": sglang["not_run"], "fingerprint": digest}
     if args.json:
@@ -262,10 +280,11 @@ def _check(args: argparse.Namespace) -> int:
     _say(args, f"config: {data['config']}")
     for info in plugin_set.plugins:
         _say(args, f"plugin {info.label}: ok")
-    by_batch_size = answers.BY_BATCH_SIZE.values()
     for name, entry in checked.items():
         widths = ", ".join(f"ndt={n}: target {w['target']}" + (f", draft {w['draft']}" if "draft" in w else "") + f", max {w['max']}"
-                           + "".join(f", {k.replace('_', ' ')} {_buckets_text(w[k])}" for k in by_batch_size if k in w)
+                           + "".join(f", {k.replace('_', ' ')} {_buckets_text(w[k])}"
+                                     + (f" ({_CHOSEN_TEXT[w[answers.CHOSEN_BY[draft]]]})" if answers.CHOSEN_BY[draft] in w else "")
+                                     for draft, k in answers.BY_BATCH_SIZE.items() if k in w)
                            + "".join(f" ({_graphs_text(w[k])})" for k in _GRAPHS.values() if k in w)
                            for n, w in entry["widths"].items())
         _say(args, f"algorithm {name} (plugin {entry['plugin']}): draft-may-verify={entry['draft_may_verify']}" + (f"; {widths}" if widths else ""))
@@ -466,7 +485,7 @@ def _describe(plugin_set: PluginSet) -> Dict[str, Any]:
             for name, offered in plugin_set.algorithms.items()
         },
         "failures": [{"plugin": f.plugin, "message": f.message} for f in plugin_set.failures],
-        "notes": list(plugin_set.notes),
+        "notes": [*plugin_set.shadowed.values(), *plugin_set.notes],
     }
 
 

@@ -12,8 +12,12 @@ at start-up by name (``engine.dflash_sites``).
 
 from __future__ import annotations
 
+import json
+import os
+import re
 from dataclasses import dataclass, fields
-from typing import Tuple
+from pathlib import Path
+from typing import Any, Optional, Tuple
 
 
 DFLASH = "dflash"
@@ -74,3 +78,37 @@ class DraftModel:
 
 NEEDS: Tuple[str, ...] = tuple(f.name for f in fields(DraftModel) if f.name != "layout")
 """The declared needs, by field name: what a served DFLASH-only site asks of the declaration."""
+
+
+HUB_ID = re.compile(r"[\w.-]+(/[\w.-]+)?")
+"""What a ``--speculative-draft-model-path`` that is no local folder may be instead: a Hugging Face repo id."""
+
+
+def checkpoint_config(path: Any) -> Tuple[Optional[Any], str]:
+    """``(config, where)`` of the model checkpoint at ``path`` (a ``--model-path`` or
+    ``--speculative-draft-model-path``), as far as a local read finds it: ``config`` is its
+    ``config.json`` as a dict; None where ``path`` is no local folder but may be a Hugging Face repo id (not
+    read here); or a str saying what is wrong (no such folder, no ``config.json``, not JSON, not a JSON
+    object), which SGLang's own reading would meet raw (0.5.14+ reads a draft's while it resolves the
+    speculative algorithm, before any plugin check). ``where`` names the file."""
+    folder = Path(os.path.expanduser(str(path)))
+    where = str(folder / "config.json")
+    if not folder.is_dir():
+        if folder.exists():
+            return "not a folder (a model checkpoint is a folder holding config.json)", str(path)
+        if HUB_ID.fullmatch(str(path)) and not str(path).startswith("."):
+            return None, f"{path} (config.json)"
+        return "no such folder (nor a Hugging Face repo id, 'name' or 'namespace/name')", str(path)
+    try:
+        text = (folder / "config.json").read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return f"{where}: no such file (a model checkpoint holds its config there)", where
+    except (OSError, UnicodeDecodeError) as exc:
+        return f"{where}: cannot be read ({type(exc).__name__}: {exc})", where
+    try:
+        config = json.loads(text)
+    except ValueError as exc:
+        return f"{where}: not JSON ({exc})", where
+    if not isinstance(config, dict):
+        return f"{where}: a JSON {type(config).__name__}, not an object holding the model's settings", where
+    return config, where

@@ -8,6 +8,11 @@ import os
 from typing import Any, Collection, Iterable, List, Optional
 
 
+BEFORE_WEIGHTS = " (found while SGLang resolved its server arguments, before loading any weights)"
+"""How a start-up refusal says when it came (:mod:`~.serving.startup_check`, and the draft checkpoint's
+check before SGLang reads it: :mod:`~.patches.draft_model`)."""
+
+
 class SpecPluginError(Exception):
     """Base class for every error this package raises on bad input: its
     message is its ``lines``, each :func:`printable` (a name from a file, a

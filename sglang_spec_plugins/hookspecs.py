@@ -13,7 +13,9 @@ Semantics shared by every per-algorithm hook:
   answer wins (``firstresult``). A plugin that implements a hook answers it
   for every algorithm it owns: ``None`` for its own algorithm is an error
   (it is how comparing with a lower-case name would fail), and an answer for
-  another plugin's algorithm is refused by name. Not implementing a hook
+  another plugin's algorithm is refused by name (an algorithm two plugins
+  offer is served by the one plugins.toml names; the other's answers for it
+  are not served, nor refused). Not implementing a hook
   gives the default stated below.
 * ``settings`` is the read-only mapping of the algorithm's table in
   ``plugins.toml`` minus the keys the framework reserves (``plugin``,
@@ -33,7 +35,7 @@ Semantics shared by every per-algorithm hook:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence, Union
 
 import pluggy
 
@@ -101,6 +103,15 @@ class AlgorithmSpec:
     states, the draft KV pool in the target's budget, ``input_embeds`` in the
     draft's CUDA graphs). SGLang 0.5.14+ serves it; the draft checkpoint and
     every DFLASH-only site of the release are checked at start-up.
+
+    ``picks_widths``: whether the worker picks each decode step's width
+    itself (``StepWidths.at(batch_size, width)``, among the widths the
+    algorithm declares) instead of leaving it to the framework (each
+    batch-size bucket's largest, or the acceptance controller's choice): a
+    bool, or a function of the algorithm's ``settings`` that answers it (a
+    worker that picks only where a setting of its own says so). Where it
+    does, plugins.toml ``widths_by_acceptance`` is refused (the controller
+    would never choose), and ``check`` says the worker chooses.
     """
 
     name: str
@@ -110,8 +121,12 @@ class AlgorithmSpec:
     verify_shape: str = CHAIN
     capabilities: Mapping[str, bool] = field(default_factory=dict)
     draft_model: Optional[DraftModel] = None
+    picks_widths: Union[bool, Callable[[Mapping[str, Any]], bool]] = False
 
     def __post_init__(self):
+        if not isinstance(self.picks_widths, bool) and not callable(self.picks_widths):
+            raise ValueError(f"AlgorithmSpec {self.name!r}: picks_widths must be True, False or a function of the "
+                             f"algorithm's settings answering one of them, got {self.picks_widths!r}")
         if self.draft_model is not None:
             from .draft_model import DraftModel
 

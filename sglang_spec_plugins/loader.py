@@ -26,7 +26,8 @@ from typing import Dict, List, Mapping, MutableMapping, NamedTuple, Optional, Tu
 from . import __version__, agreement
 from .errors import SpecPluginError, StartupRefused, printable
 from .plugin_calls import package_fault
-from .fingerprint import fingerprint
+from .fingerprint import as_json, fingerprint_data
+from .fingerprint import digest as digest_of
 from .plugins import PluginSet, discover_configured
 from .policy import VerifyPolicy, build_policies
 
@@ -68,6 +69,8 @@ def load(environ: MutableMapping[str, str] = os.environ) -> LoadReport:
     plugin_set, policies = resolve(environ)
     for failure in plugin_set.failures:
         logger.warning("sglang-spec-plugins: skipped plugin %s (on_error = \"skip\"): %s", printable(failure.plugin), failure.message)
+    for line in plugin_set.shadowed.values():
+        logger.warning("sglang-spec-plugins: %s", printable(line))
     for note in plugin_set.notes:
         logger.debug("sglang-spec-plugins: %s", printable(note))
     for info in plugin_set.plugins:
@@ -110,8 +113,9 @@ def load(environ: MutableMapping[str, str] = os.environ) -> LoadReport:
                     name, sglang_version, plugin_set.info(offered.plugin).label,
                     offered.spec.supports_overlap, policy.draft_may_verify(),
                 )
-        digest = fingerprint(plugin_set, policies, sglang_version)
-        logger.debug("sglang-spec-plugins: %s", agreement.join(digest, environ))
+        data = fingerprint_data(plugin_set, policies, sglang_version)
+        digest = digest_of(data)
+        logger.debug("sglang-spec-plugins: %s", agreement.join(digest, environ, as_json(data)))
     except BaseException:
         if plans:
             from .serving.registration import unregister

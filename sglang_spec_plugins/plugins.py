@@ -17,6 +17,7 @@ import importlib.util
 import inspect
 import os
 import re
+import sys
 from importlib import metadata
 from pathlib import Path
 from types import MappingProxyType
@@ -94,6 +95,8 @@ class PluginSet:
         failures: Sequence[PluginFailure],
         config: Config,
         notes: Sequence[str] = (),
+        offered_by: Mapping[str, Sequence[str]] = MappingProxyType({}),
+        shadowed: Mapping[str, str] = MappingProxyType({}),
     ):
         self.pm = pm
         self.plugins = tuple(plugins)
@@ -102,6 +105,10 @@ class PluginSet:
         self.failures = tuple(failures)
         self.config = config
         self.notes = tuple(notes)
+        self.offered_by = MappingProxyType({name: tuple(owners) for name, owners in offered_by.items()})
+        """Algorithm name -> every loaded plugin that offers it (the one ``algorithms`` serves it from among them)."""
+        self.shadowed = MappingProxyType(dict(shadowed))
+        """Plugin name -> what says that other installs of its distribution sit later on ``sys.path``, unused."""
 
     def info(self, plugin: str) -> PluginInfo:
         return next(p for p in self.plugins if p.name == plugin)
@@ -118,6 +125,23 @@ class PluginSet:
         """:func:`~.plugin_calls.plugin_code` for ``plugin``'s code, ``what`` naming the call."""
         return plugin_code(plugin, self.distribution(plugin), what, **how)
 
+    def imported_hook(self, plugin: str, hook: str) -> Optional[Tuple[str, str]]:
+        """``(where hook is defined, the plugin's module)`` when a top-level package other than the
+        plugin's own defines ``plugin``'s ``hook`` (``"other.plugin.sgl_spec_verify_width (file)"``): a
+        hook an import brought into the plugin's module (``from other.plugin import *`` brings every hook
+        of ``other.plugin``), which answers for that module's algorithms. None for the plugin's own, or
+        one it cannot place."""
+        owner = self.pm.get_plugin(plugin)
+        mine = getattr(owner, "__name__", None) if inspect.ismodule(owner) else type(owner).__module__
+        impl = next((i for i in getattr(self.pm.hook, hook).get_hookimpls() if i.plugin_name == plugin), None)
+        function = getattr(impl, "function", None)
+        defined = getattr(function, "__module__", None)
+        if not isinstance(mine, str) or not isinstance(defined, str) or defined.split(".")[0] == mine.split(".")[0]:
+            return None
+        code = getattr(inspect.unwrap(function), "__code__", None)
+        where = f" ({code.co_filename})" if code is not None else ""
+        return f"{defined}.{getattr(function, '__qualname__', hook)}{where}", mine
+
     def without(self, failure: PluginError) -> "PluginSet":
         """This set minus the plugin ``failure`` blames (all its algorithms and
         hooks), with the failure recorded: what ``on_error = "skip"`` serves."""
@@ -131,6 +155,8 @@ class PluginSet:
             self.failures + (PluginFailure(plugin, str(failure)),),
             self.config,
             self.notes,
+            {name: [p for p in owners if p != plugin] for name, owners in self.offered_by.items()},
+            {name: line for name, line in self.shadowed.items() if name != plugin},
         )
 
     def answers(self, hook_name: str, exclude: Optional[str] = None, call: Optional[str] = None, **kwargs: Any) -> Dict[str, Any]:
@@ -224,7 +250,46 @@ def discover(
     algorithms = _match_algorithms(config, offered, by_name, {i.name: i.dist_label for i in infos}, problems, notes)
     if problems:
         raise ConfigError(problems)
-    return PluginSet(pm, infos, algorithms, failures, config, notes)
+    return PluginSet(pm, infos, algorithms, failures, config, notes,
+                     {name: [plugin for plugin, _ in offers] for name, offers in offered.items()},
+                     _shadowed({info.name: by_name[info.name][0] for info in infos}))
+
+
+def _shadowed(loaded: Mapping[str, metadata.EntryPoint]) -> Dict[str, str]:
+    """Plugin name -> what says that the distribution it loads from (its entry point's) is installed again
+    later on ``sys.path`` (Python reads the first: the others are never imported). One listing of each
+    ``sys.path`` folder for every plugin (``importlib.metadata`` would search them once per plugin)."""
+    mine = {name: getattr(getattr(ep, "dist", None), "_path", None) for name, ep in loaded.items()}
+    wanted = {_dist_of(folder.name) for folder in mine.values() if isinstance(folder, Path)}
+    installs: Dict[str, List[Path]] = {}
+    for entry in sys.path if wanted else ():
+        try:
+            names = os.listdir(entry or ".")
+        except OSError:  # absent, or a file
+            continue
+        for found in names:
+            if found.endswith((".dist-info", ".egg-info")) and _dist_of(found) in wanted:
+                installs.setdefault(_dist_of(found), []).append(Path(entry or ".", found))
+    lines = {}
+    for name, folder in mine.items():
+        if not isinstance(folder, Path):
+            continue
+        others = [f for f in installs.get(_dist_of(folder.name), []) if f.resolve() != folder.resolve()]
+        if others:
+            dist_name, version = loaded[name].dist.name, loaded[name].dist.version
+            hidden = "; ".join(f"{shadowed.name}=={shadowed.version} at {other.parent}" for other in others
+                               for shadowed in [metadata.PathDistribution(other)])
+            lines[name] = (f"plugin {name!r} loads {dist_name}=={version} from {folder.parent}, the first on sys.path; "
+                           f"it shadows {hidden}, which is never imported (pip install --user, another site-packages "
+                           "or PYTHONPATH): uninstall the one not meant to serve")
+    return lines
+
+
+def _dist_of(folder: str) -> str:
+    """The distribution a metadata folder's name (``name-version.dist-info``, ``name.egg-info``) is of, as
+    packaging compares names (PEP 503)."""
+    name = folder.rsplit(".", 1)[0] if folder.endswith(".egg-info") else folder
+    return re.sub(r"[-_.]+", "-", name.split("-")[0]).lower()
 
 
 def _by_name(entry_points: Iterable[metadata.EntryPoint]) -> Dict[str, List[metadata.EntryPoint]]:
@@ -248,7 +313,7 @@ def _select(config: Config, installed: Sequence[str], environ: Mapping[str, str]
     for key, names in (("enable", config.enable or ()), ("disable", config.disable)):
         for name in names:
             if name not in installed:
-                problems.append(f"{config.origin}: [plugins] {key}: unknown plugin {name!r} ({_nearest(name, installed)})")
+                problems.append(f"{config.origin}: [plugins] {key}: {_unknown(name, installed)}")
     allowed = None
     raw = environ.get(ALLOW_ENV, "")
     if raw:
@@ -257,7 +322,7 @@ def _select(config: Config, installed: Sequence[str], environ: Mapping[str, str]
             problems.append(f"{ALLOW_ENV}={raw!r} names no plugin; unset it to load every enabled plugin")
         for name in allowed:
             if name not in installed:
-                problems.append(f"{ALLOW_ENV}={raw}: unknown plugin {name!r} ({_nearest(name, installed)})")
+                problems.append(f"{ALLOW_ENV}={raw}: {_unknown(name, installed)}")
     chosen = [n for n in installed if (config.enable is None or n in config.enable) and n not in config.disable]
     if allowed is not None:
         chosen = [n for n in chosen if n in allowed]
@@ -351,6 +416,23 @@ def _refuse_renamed_hooks(pm: pluggy.PluginManager, plugin: Any, name: str, labe
     if old:
         raise PluginError(name, "; ".join(f"implements {hook}, which is now {hookspecs.RENAMED_HOOKS[hook]} (same "
                                           "arguments and answers): rename the function" for hook in old), label)
+
+
+def _unknown(name: str, installed: Collection[str]) -> str:
+    """How a plugin name no entry point of the group names is explained: registered in another
+    entry-point group (by distribution and group), else unknown, with the closest installed names."""
+    elsewhere = []
+    for dist in metadata.distributions():  # read only for a name that is not found: every distribution's
+        for ep in getattr(dist, "entry_points", ()):
+            if ep.name == name and ep.group != ENTRY_POINT_GROUP:
+                dist_name, version = dist.name, dist.version
+                elsewhere.append(f"{dist_name}=={version} registers it in the group {ep.group!r} ({ep.name} = {ep.value})")
+    if elsewhere:
+        return (f"plugin {name!r} is not an entry point of the group {ENTRY_POINT_GROUP!r}: "
+                f"{'; '.join(sorted(set(elsewhere)))}; a drafter plugin's entry point goes in the group "
+                f"{ENTRY_POINT_GROUP} ([project.entry-points.{ENTRY_POINT_GROUP}] in its pyproject.toml; reinstall it after "
+                f"the change)")
+    return f"unknown plugin {name!r} ({_nearest(name, installed)})"
 
 
 def _nearest(name: str, installed: Collection[str]) -> str:
@@ -449,7 +531,7 @@ def _match_algorithms(
     for name, table in config.algorithms.items():
         owners = [plugin for plugin, _ in offered.get(name, [])]
         if table.plugin is not None and table.plugin not in installed:
-            problems.append(f"{origin}: [algorithms.{name}] plugin: unknown plugin {table.plugin!r} ({_nearest(table.plugin, installed)})")
+            problems.append(f"{origin}: [algorithms.{name}] plugin: {_unknown(table.plugin, installed)}")
         elif table.plugin is not None and table.plugin not in loaded:
             notes.append(f"{origin}: [algorithms.{name}] is inert: its plugin {table.plugin!r} is not loaded")
         elif table.plugin is not None and table.plugin not in owners:

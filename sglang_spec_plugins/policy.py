@@ -9,7 +9,8 @@ the answer and caches it, so the serving hot path is a dict lookup.
 
 Who is blamed: a hook that raises, answers out of range or answers
 differently twice is the owning plugin's fault; an answer for another
-plugin's algorithm is the answering plugin's fault; a
+plugin's algorithm is the answering plugin's fault (unless it offers that
+algorithm too, and plugins.toml's ``plugin`` chose the other); a
 ``max_tokens_per_req`` below ``num_draft_tokens`` is plugins.toml's fault.
 Plugin faults raise PluginError naming the plugin and its distribution,
 config faults ConfigError naming file, table and key.
@@ -38,6 +39,9 @@ UNCAPPED_MAX_WIDTH = 64
 reservation and CUDA-graph capture, so anything wider needs the operator's
 explicit cap."""
 
+WORKER, CONTROLLER, NOBODY = "worker", "acceptance controller", "nobody"
+"""Who chooses a step's width among its bucket's (:meth:`VerifyPolicy.chosen_by`; nobody: the bucket's largest)."""
+
 _PROBE_NDT = 16
 """The ``num_draft_tokens`` at which :meth:`VerifyPolicy.check_others_stay_out`
 asks the other plugins (any value would do: their answer must be None for
@@ -55,6 +59,8 @@ class VerifyPolicy:
         self._configured: Optional[WidthsByBatchSize] = offered.config.widths_by_batch_size
         self._acceptance: Optional[AcceptanceSettings] = offered.config.widths_by_acceptance
         self._max_faulted_steps: Optional[int] = offered.config.max_faulted_steps
+        self._spec_picks: Any = offered.spec.picks_widths
+        self._picks: Optional[bool] = None
         self._plugins = plugins
         self._widths: Dict[Tuple[int, bool], int] = {}
         self._buckets: Dict[Tuple[int, bool], Optional[WidthsByBatchSize]] = {}
@@ -173,9 +179,16 @@ class VerifyPolicy:
         """The acceptance controller's settings for this worker (plugins.toml
         ``widths_by_acceptance``), None when it is off. The controller chooses
         among a bucket's widths: ConfigError when no bucket of the worker's
-        widths by batch size gives more than one."""
+        widths by batch size gives more than one, or the worker picks its widths
+        itself (:meth:`picks_widths`)."""
         if self._acceptance is None:
             return None
+        if self.picks_widths():
+            raise ConfigError([
+                f"[algorithms.{self.algorithm}] widths_by_acceptance in {self._plugins.config.origin}: the worker of "
+                f"{self.algorithm} picks each step's width itself (AlgorithmSpec picks_widths of plugin {self.plugin!r}"
+                + ("" if isinstance(self._spec_picks, bool) else ", with these settings")
+                + "), so the acceptance controller would never choose one; remove widths_by_acceptance"])
         buckets = self.widths_by_batch_size(num_draft_tokens, is_draft_worker)
         if buckets is None or not buckets.chooses:
             given = f"{self.widths_by_batch_size_source(num_draft_tokens, is_draft_worker)} gives {buckets}" if buckets \
@@ -186,6 +199,30 @@ class VerifyPolicy:
                 f"speculative_num_draft_tokens={num_draft_tokens}; give a bucket a list of widths, e.g. "
                 "widths_by_batch_size = {1 = [1, 2, 4, 8]}"])
         return self._acceptance
+
+    def picks_widths(self) -> bool:
+        """Whether the worker picks each decode step's width itself (``AlgorithmSpec.picks_widths``,
+        a function of the settings asked once, as the owner's code)."""
+        if self._picks is None:
+            answer = self._spec_picks
+            if not isinstance(answer, bool):
+                call = "AlgorithmSpec picks_widths(settings)"
+                with self._plugins.code(self.plugin, f"algorithm {self.algorithm}: {call}"):
+                    answer = answer(self.settings)
+                self._check_kind(call, answer, bool, "it must be True or False")
+            self._picks = answer
+        return self._picks
+
+    def chosen_by(self, num_draft_tokens: int, is_draft_worker: bool) -> Optional[str]:
+        """Who chooses each step's width among its bucket's, where a bucket of this worker's widths
+        by batch size gives several (None where none does): :data:`WORKER` (:meth:`picks_widths`),
+        :data:`CONTROLLER` (``widths_by_acceptance``) or :data:`NOBODY` (the bucket's largest)."""
+        buckets = self.widths_by_batch_size(num_draft_tokens, is_draft_worker)
+        if buckets is None or not buckets.chooses:
+            return None
+        if self.picks_widths():
+            return WORKER
+        return CONTROLLER if self.widths_by_acceptance(num_draft_tokens, is_draft_worker) is not None else NOBODY
 
     def candidate_widths(self, num_draft_tokens: int, is_draft_worker: bool) -> Tuple[int, ...]:
         """Every width a TARGET_VERIFY step of this worker may use (the declared widths), ascending."""
@@ -321,6 +358,9 @@ class VerifyPolicy:
         answers = self._plugins.answers(hook_name, call=f"algorithm {self.algorithm}: {call}", settings=self.settings, **kwargs)
         self._refuse_intruders(hook_name, answers)
         if not none_ok and self.plugin in answers and answers[self.plugin] is None:
+            imported = self._plugins.imported_hook(self.plugin, hook_name)
+            if imported is not None:
+                raise self.fault(f"{call} returned None for its own algorithm {self.algorithm}: {_imported(hook_name, imported)}")
             raise self.fault(
                 f"{call} returned None for its own algorithm {self.algorithm}; hooks receive the name upper case, "
                 f"as SGLang registers it (compare with {self.algorithm!r}), and a plugin implementing a hook answers "
@@ -329,14 +369,27 @@ class VerifyPolicy:
         return answers.get(self.plugin)
 
     def _refuse_intruders(self, hook_name: str, answers: Mapping[str, Any]) -> None:
-        intruders = sorted(p for p, a in answers.items() if p != self.plugin and a is not None)
+        """An answer for this algorithm from a plugin that neither owns it nor offers it too is that plugin's
+        fault (a plugin that offers it as well answers for its own offer, which plugins.toml left unserved)."""
+        offering = self._plugins.offered_by.get(self.algorithm, ())
+        intruders = sorted(p for p, a in answers.items() if p != self.plugin and a is not None and p not in offering)
         if intruders:
+            imported = self._plugins.imported_hook(intruders[0], hook_name)
             raise self._plugins.error(
                 intruders[0],
                 f"{hook_name} answered {answers[intruders[0]]!r} for algorithm {self.algorithm}, which plugin "
-                f"{self.plugin!r} owns; return None for algorithms you do not own",
+                f"{self.plugin!r} owns; " + ("return None for algorithms you do not own" if imported is None
+                                             else _imported(hook_name, imported)),
             )
 
+
+
+def _imported(hook_name: str, imported: Tuple[str, str]) -> str:
+    """What a message says of a hook another package defines (:meth:`~.plugins.PluginSet.imported_hook`)."""
+    where, module = imported
+    return (f"this {hook_name} is {where}, which {module} imports (a `from ... import *` brings in every hook of the "
+            f"module it names), and it answers for that module's algorithms; define {hook_name} in {module} for its "
+            "own algorithms, or import only the names it uses")
 
 
 def build_policies(plugin_set: PluginSet, *, tolerate: bool) -> Tuple[PluginSet, Dict[str, VerifyPolicy]]:

@@ -50,8 +50,8 @@ def site(tmp_path, monkeypatch):
     class Site:
         path = root
 
-        def add(self, name, entry_points, modules, version="1.0"):
-            make_dist(root, name, entry_points, modules, version)
+        def add(self, name, entry_points, modules, version="1.0", group="sglang_spec_plugins"):
+            make_dist(root, name, entry_points, modules, version, group)
             importlib.invalidate_caches()  # importlib.metadata's and the finders' view of the new files
             for module in modules:
                 sys.modules.pop(module, None)

@@ -8,11 +8,12 @@ from pathlib import Path
 from typing import Dict, Optional
 
 
-def make_dist(root: Path, name: str, entry_points: Dict[str, str], modules: Dict[str, str], version: str = "1.0") -> Path:
+def make_dist(root: Path, name: str, entry_points: Dict[str, str], modules: Dict[str, str], version: str = "1.0",
+              group: str = "sglang_spec_plugins") -> Path:
     """Write modules and a dist-info under ``root`` (put ``root`` on sys.path).
 
-    ``entry_points`` maps plugin names to ``module:attr`` in the group
-    ``sglang_spec_plugins``; ``modules`` maps module names to source text.
+    ``entry_points`` maps plugin names to ``module:attr`` in the entry-point
+    ``group``; ``modules`` maps module names to source text.
     """
     root.mkdir(parents=True, exist_ok=True)
     for module, source in modules.items():
@@ -21,7 +22,7 @@ def make_dist(root: Path, name: str, entry_points: Dict[str, str], modules: Dict
     info.mkdir()
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
     lines = "".join(f"{ep} = {target}\n" for ep, target in entry_points.items())
-    (info / "entry_points.txt").write_text(f"[sglang_spec_plugins]\n{lines}")
+    (info / "entry_points.txt").write_text(f"[{group}]\n{lines}")
     return root
 
 

@@ -449,32 +449,53 @@ def test_check_reports_widths_by_batch_and_their_backends(cli, tmp_path):
     assert "target 16, max 16, target widths by batch size {1 = 16, 8 = 8, 64 = 4}" in text and "draft widths" not in text
 
 
-@pytest.mark.sglang  # enables the example drafter sbd
+@pytest.mark.sglang  # enables the example drafter prompt_lookup
 def test_check_counts_the_cuda_graphs_of_widths_to_choose_from(cli, tmp_path):
     cfg = tmp_path / "choose.toml"
-    cfg.write_text("[plugins]\nenable = ['sbd']\n[algorithms.SBD]\nmax_tokens_per_req = 16\n"
+    cfg.write_text("[plugins]\nenable = ['prompt_lookup']\n[algorithms.PROMPT_LOOKUP]\nmax_tokens_per_req = 16\n"
                    "widths_by_batch_size = {1 = [4, 8, 16], 8 = [2, 4], 64 = [1, 2]}\nwidths_by_acceptance = {margin = 0.05}\n")
     args = ("check", cfg, "-n", "16", "--single-process", "--disable-overlap-schedule", "--cuda-graph-bs", "1", "8", "64",
             "--vocab-size", "1000")
     data = json.loads(cli(*args, "--json")[1])
-    refused = [v for k, v in schema_refusals().items() if k == "SBD"]
+    refused = [v for k, v in schema_refusals().items() if k == "PROMPT_LOOKUP"]
     assert (data["ok"], data["problems"]) == (not refused, refused), data["problems"]
-    entry = data["algorithms"]["SBD"]
+    entry = data["algorithms"]["PROMPT_LOOKUP"]
     assert entry["widths_by_acceptance"]["margin"] == 0.05 and entry["widths_by_acceptance"]["interval_steps"] == 4
     widths = entry["widths"]["16"]
     assert widths["target_widths_by_batch_size"] == {"1": [4, 8, 16], "8": [2, 4], "64": [1, 2]}
+    assert widths["target_chosen_by"] == "acceptance controller"
     # size 1 at 4, 8, 16; size 8 at 2, 4; size 64 at 1, 2
     assert widths["target_cuda_graphs"] == {"capture_sizes": [1, 8, 64], "graphs": 7, "logit_rows": 28 + 48 + 192,
                                             "logit_bytes": 268 * 1000 * 4}
     text = cli(*args)[1]
-    assert ("target widths by batch size {1 = [4, 8, 16], 8 = [2, 4], 64 = [1, 2]} (7 CUDA graphs over --cuda-graph-bs "
-            "1 8 64, 268 logit rows (0.00 GiB))") in text
+    assert ("target widths by batch size {1 = [4, 8, 16], 8 = [2, 4], 64 = [1, 2]} (each step's width chosen by the "
+            "acceptance controller) (7 CUDA graphs over --cuda-graph-bs 1 8 64, 268 logit rows (0.00 GiB))") in text
 
 
-@pytest.mark.sglang  # enables the example drafter sbd
+@pytest.mark.sglang  # enables the example drafters
+@pytest.mark.parametrize("enable, table, chosen_by, text", [
+    ("sbd", "[algorithms.SBD]\nmax_tokens_per_req = 8\nwidths_by_batch_size = {1 = [2, 4, 8], 8 = 4}\n", "worker",
+     "target widths by batch size {1 = [2, 4, 8], 8 = 4} (each step's width chosen by the worker)"),
+    ("prompt_lookup", "[algorithms.PROMPT_LOOKUP]\nmax_tokens_per_req = 8\nwidths_by_batch_size = {1 = [2, 4, 8], 8 = 4}\n",
+     "nobody", "target widths by batch size {1 = [2, 4, 8], 8 = 4} (each step at its bucket's largest: nobody chooses)"),
+    ("prompt_lookup", "[algorithms.PROMPT_LOOKUP]\nmax_tokens_per_req = 8\nwidths_by_batch_size = {1 = 8, 8 = 4}\n",
+     None, "target widths by batch size {1 = 8, 8 = 4}\n"),
+], ids=["the worker picks", "nobody chooses", "one width a bucket"])
+def test_check_says_who_chooses_a_steps_width_among_its_buckets(cli, tmp_path, enable, table, chosen_by, text):
+    """Where a bucket gives several widths, check says who chooses among them (SBD's worker picks its own,
+    AlgorithmSpec picks_widths; PROMPT_LOOKUP's steps without a controller take the bucket's largest)."""
+    cfg = tmp_path / "choose.toml"
+    cfg.write_text(f"[plugins]\nenable = ['{enable}']\n" + table)
+    args = ("check", cfg, "-n", "4", "--single-process", "--disable-overlap-schedule")
+    data = json.loads(cli(*args, "--json")[1])
+    assert data["algorithms"][enable.upper()]["widths"]["4"].get("target_chosen_by") == chosen_by, data
+    assert text in cli(*args)[1]
+
+
+@pytest.mark.sglang  # enables the example drafter prompt_lookup
 def test_check_refuses_the_controller_without_widths_to_choose_from(cli, tmp_path):
     cfg = tmp_path / "none.toml"
-    cfg.write_text("[plugins]\nenable = ['sbd']\n[algorithms.SBD]\nmax_tokens_per_req = 16\n"
+    cfg.write_text("[plugins]\nenable = ['prompt_lookup']\n[algorithms.PROMPT_LOOKUP]\nmax_tokens_per_req = 16\n"
                    "widths_by_batch_size = {1 = 16, 8 = 8}\nwidths_by_acceptance = true\n")
     data = json.loads(cli("check", cfg, "-n", "16", "--single-process", "--json")[1])
     assert not data["ok"]
@@ -521,3 +542,33 @@ def test_check_looks_up_no_model_for_the_placeholder_model_path(cli, monkeypatch
     assert asked == [], asked
     _, built = check("--speculative-draft-model-path", draft, "--model-path", "org/target")
     assert ("org/target" in asked) == built, (asked, built)
+
+
+@pytest.mark.sglang  # enables the example drafter sbd
+def test_check_runs_a_validator_that_reads_its_settings_through_policy_for(cli, tmp_path):
+    """SBD's validate_server_args reads its settings through policy_for, which in a server answers for the
+    registered algorithm: check answers it with its own policy, so a mask token outside the --model-path
+    target's vocabulary is refused naming the key, and a valid one passes (it was refused as "Unknown
+    speculative algorithm name: SBD", which the server never says)."""
+    from sglang_spec_plugins.testing.scheduler_start import TINY_LLAMA
+
+    if "SBD" in schema_refusals():
+        pytest.skip(f"SBD's validator refuses this release first: {schema_refusals()['SBD']}")
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(TINY_LLAMA))
+    for mask, refused in ((TINY_LLAMA["vocab_size"], True), (3, False)):
+        cfg = tmp_path / f"mask{mask}.toml"
+        cfg.write_text(f"[plugins]\nenable = ['sbd']\n[algorithms.SBD]\nmask_token_id = {mask}\n")
+        data = json.loads(cli("check", cfg, "-n", "4", "--single-process", "--disable-overlap-schedule", "--model-path",
+                              model, "--json")[1])
+        unbuilt = [line for line in data["sglang"]["lines"] if "ServerArgs could not be built here" in line]
+        if unbuilt:  # 0.5.16 on a CPU builds none with a model path ("No accelerator"): check says it did not run them
+            pytest.skip(unbuilt[0])
+        problems = data["problems"]
+        if refused:
+            assert [p.split(": ValueError: ")[-1] for p in problems] == [
+                f"[algorithms.SBD] mask_token_id = {mask}: it must be an int in [0, {mask}), a token id of the target's "
+                "vocabulary"], problems
+        else:
+            assert problems == [], problems

@@ -1,5 +1,8 @@
 """Discovery through real entry points: selection, contract validation, ownership."""
 
+import json
+import re
+
 import pytest
 
 from dists import PLUGIN_HEADER, simple_plugin
@@ -171,3 +174,54 @@ def test_names_a_plugin_brings_reach_no_message_or_log_line_raw(site, write_toml
     assert all(ch.isprintable() for line in lines for ch in line), [line for line in lines if not line.isprintable()]
     error = PluginError(evil, "x", "evil-drafter\x1b[2J==1.0")
     assert str(error).isprintable(), str(error)
+
+
+@pytest.mark.parametrize("group", ["sglang.srt.plugins", "sglang_spec_plugin"])
+def test_a_plugin_registered_in_another_entry_point_group_is_named_with_its_group(site, write_toml, monkeypatch, group):
+    """A drafter whose entry point sits in SGLang's own plugin group, or a misspelt one, is not "unknown": the
+    message names its distribution, the group it is in and the group it belongs in."""
+    site.add("lost-drafter", {"lost": "lost_mod"}, {"lost_mod": simple_plugin("LOST")}, group=group)
+    said = (rf"plugin 'lost' is not an entry point of the group 'sglang_spec_plugins': lost-drafter==1.0 registers it "
+            rf"in the group '{re.escape(group)}' \(lost = lost_mod\); a drafter plugin's entry point goes in the group "
+            r"sglang_spec_plugins \(\[project.entry-points.sglang_spec_plugins\] in its pyproject.toml; reinstall it "
+            r"after the change\)")
+    with pytest.raises(ConfigError, match=r"plugins.toml: \[plugins\] enable: " + said):
+        discover(cfg(write_toml, "[plugins]\nenable = ['lost']\n"))
+    with pytest.raises(ConfigError, match=r"\[algorithms.LOST\] plugin: " + said):
+        discover(cfg(write_toml, "[algorithms.LOST]\nplugin = 'lost'\n"))
+    monkeypatch.setenv("SGLANG_SPEC_PLUGINS", "lost")
+    with pytest.raises(ConfigError, match=r"SGLANG_SPEC_PLUGINS=lost: " + said):
+        discover(cfg(write_toml, "[plugins]\n"))
+
+
+def test_another_install_of_a_plugin_later_on_sys_path_is_named(site, write_toml, monkeypatch, cli, caplog):
+    """skew-drafter 1.0 in one folder and 1.1 in another later on sys.path: Python loads 1.0 and never imports
+    1.1; check, list and doctor say so, and the loader warns, naming both installs."""
+    import importlib
+    import sys
+
+    from dists import make_dist
+    from sglang_spec_plugins import loader
+
+    site.add("skew-drafter", {"skew": "skew_mod"}, {"skew_mod": simple_plugin("SKEW")}, version="1.0")
+    later = make_dist(site.path.parent / "later", "skew-drafter", {"skew": "skew_mod"},
+                      {"skew_mod": simple_plugin("SKEW", width="2")}, version="1.1")
+    monkeypatch.setattr(sys, "path", sys.path + [str(later)])
+    importlib.invalidate_caches()
+    toml = write_toml("[plugins]\nenable = ['skew']\n")
+    said = (f"plugin 'skew' loads skew-drafter==1.0 from {site.path}, the first on sys.path; it shadows skew-drafter==1.1 "
+            f"at {later}, which is never imported (pip install --user, another site-packages or PYTHONPATH): uninstall "
+            "the one not meant to serve")
+    ps = discover(cfg(write_toml, "[plugins]\nenable = ['skew']\n"))
+    assert [p.label for p in ps.plugins] == ["skew (skew-drafter==1.0)"] and dict(ps.shadowed) == {"skew": said}
+    assert said in json.loads(cli("list", "--json")[1])["notes"]
+    assert f"note: {said}" in cli("check", toml, "-n", "4", "--single-process")[1]
+    quiet = write_toml("[plugins]\nenable = ['skew']\n[algorithms.SKEW]\nenabled = false\n", "quiet.toml")
+    monkeypatch.setenv("SGLANG_SPEC_PLUGINS_CONFIG", str(quiet))  # nothing to register: SGLang is not touched
+    loader._reset_for_tests()
+    try:
+        caplog.set_level("WARNING", logger="sglang_spec_plugins")
+        loader.load()
+    finally:
+        loader._reset_for_tests()
+    assert f"sglang-spec-plugins: {said}" in caplog.messages

@@ -181,3 +181,83 @@ def test_a_widths_answer_is_read_once_through_items(site, write_toml):
                        r"sgl_spec_widths_by_batch_size\(num_draft_tokens=2, is_draft_worker=False\) returned "
                        r"\(a p_mod.NoItems\) raised RuntimeError: no items"):
         policy.widths_by_batch_size(2, False)
+
+
+PICKS = """
+from sglang_spec_plugins import AlgorithmSpec, hookimpl
+
+class Worker:
+    pass
+
+def picks(settings):
+    return {picks}
+
+@hookimpl
+def sgl_spec_algorithms():
+    return [AlgorithmSpec(name="ALGO", worker_factory=lambda server_args: Worker, picks_widths=picks)]
+"""
+CHOICES = "[algorithms.ALGO]\nmax_tokens_per_req = 8\nwidths_by_batch_size = {1 = [2, 4, 8]}\n"
+
+
+def picking_policy(site, write_toml, picks, extra=""):
+    site.add("p-drafter", {"p": "p_mod"}, {"p_mod": PICKS.format(picks=picks)})
+    ps = discover(config.load(write_toml("[plugins]\nenable = ['p']\n" + CHOICES + extra)))
+    return VerifyPolicy(ps, ps.algorithms["ALGO"])
+
+
+@pytest.mark.parametrize("picks, extra, chosen_by", [
+    ("'cycle' in settings", "cycle = 1\n", "worker"),
+    ("'cycle' in settings", "", "nobody"),
+    ("False", "widths_by_acceptance = true\n", "acceptance controller"),
+])
+def test_who_chooses_a_steps_width_among_its_buckets(site, write_toml, picks, extra, chosen_by):
+    """The worker where its picks_widths answers True for the settings; else the controller where plugins.toml
+    turns it on, else nobody (the bucket's largest)."""
+    assert picking_policy(site, write_toml, picks, extra).chosen_by(4, False) == chosen_by
+
+
+def test_nobody_chooses_where_no_bucket_gives_several_widths(site, write_toml):
+    assert policy_for(site, write_toml, "[algorithms.ALGO]\nwidths_by_batch_size = {1 = 4, 8 = 2}\n").chosen_by(4, False) \
+        is None
+
+
+def test_the_controller_on_a_worker_that_picks_its_widths_is_the_files_fault(site, write_toml):
+    policy = picking_policy(site, write_toml, "True", "widths_by_acceptance = true\n")
+    with pytest.raises(ConfigError, match=r"\[algorithms.ALGO\] widths_by_acceptance in .*plugins.toml: the worker of ALGO "
+                                          r"picks each step's width itself \(AlgorithmSpec picks_widths of plugin 'p', "
+                                          r"with these settings\), so the acceptance controller would never choose one; "
+                                          r"remove widths_by_acceptance"):
+        policy.validate(4)
+
+
+@pytest.mark.parametrize("picks, message", [
+    ("1", r"plugin 'p' \(p-drafter==1.0\): algorithm ALGO: AlgorithmSpec picks_widths\(settings\) returned 1, a int, not "
+          r"a bool; it must be True or False"),
+    ("settings['missing']", r"plugin 'p' \(p-drafter==1.0\): algorithm ALGO: AlgorithmSpec picks_widths\(settings\) "
+                            r"raised KeyError: 'missing'"),
+])
+def test_a_picks_widths_function_that_answers_wrongly_is_the_plugins_fault(site, write_toml, picks, message):
+    with pytest.raises(PluginError, match=message):
+        picking_policy(site, write_toml, picks).picks_widths()
+
+
+def test_picks_widths_must_be_a_bool_or_a_function():
+    from sglang_spec_plugins import AlgorithmSpec
+
+    with pytest.raises(ValueError, match=r"AlgorithmSpec 'X': picks_widths must be True, False or a function of the "
+                                         r"algorithm's settings answering one of them, got 'yes'"):
+        AlgorithmSpec(name="X", worker_factory=lambda args: None, picks_widths="yes")
+
+
+def test_the_plugin_plugins_toml_chooses_among_two_offering_an_algorithm_serves_it(site, write_toml):
+    """Two plugins offer SAME and answer its width; plugins.toml names one with plugin = "...": the other is not
+    an intruder for answering its own hook (it offers SAME too), and the chosen one's answers are served."""
+    from sglang_spec_plugins.policy import build_policies
+
+    site.add("one", {"one": "one_mod"}, {"one_mod": simple_plugin("SAME", width="2", draft="True")})
+    site.add("two", {"two": "two_mod"}, {"two_mod": simple_plugin("SAME", width="3", draft="False")})
+    for chosen, width in (("one", 2), ("two", 3)):
+        ps = discover(config.load(write_toml(f"[plugins]\nenable = ['one', 'two']\n[algorithms.SAME]\nplugin = '{chosen}'\n")))
+        ps, policies = build_policies(ps, tolerate=False)
+        assert policies["SAME"].plugin == chosen and policies["SAME"].width(8, False) == width
+        assert policies["SAME"].draft_may_verify() is (chosen == "one")

@@ -12,9 +12,10 @@ neutral answer (no topk, no draft hidden states, a plain FutureMap, ...).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from types import MappingProxyType
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterator, Mapping, Optional, Tuple
 
 from ..errors import EngineError
 from ..policy import VerifyPolicy
@@ -78,11 +79,33 @@ def policy_for(server_args: Any) -> VerifyPolicy:
     (``--speculative-algorithm``): what a plugin's worker asks for its verify
     width (``policy.width(ndt, is_draft_worker)``, the answer SGLang's runners
     and backends get) and its plugins.toml ``settings``. Imports SGLang;
-    EngineError when the algorithm is not a registered plugin algorithm."""
+    EngineError when the algorithm is not a registered plugin algorithm.
+    Inside :func:`checking`, its policies answer first (nothing imported)."""
+    name = getattr(server_args, "speculative_algorithm", None)
+    checked = _checking.get(str(name).upper()) if isinstance(name, str) else None
+    if checked is not None:
+        return checked
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
-    name = getattr(server_args, "speculative_algorithm", None)
     return required_policy(SpeculativeAlgorithm.from_string(name), f"--speculative-algorithm {name!r}")
+
+
+_checking: Dict[str, VerifyPolicy] = {}
+
+
+@contextlib.contextmanager
+def checking(policies: Mapping[str, VerifyPolicy]) -> Iterator[None]:
+    """While ``check`` or the conformance kit runs a plugin's validator and worker factory
+    with server arguments of its own, :func:`policy_for` answers with ``policies`` (by
+    algorithm name), as it answers in a server with the registered ones: nothing is registered
+    with SGLang."""
+    before = dict(_checking)
+    _checking.update({name.upper(): policy for name, policy in policies.items()})
+    try:
+        yield
+    finally:
+        _checking.clear()
+        _checking.update(before)
 
 
 def required_policy(algorithm: Any, what: str) -> VerifyPolicy:

@@ -5,6 +5,10 @@ SGLang captures CUDA graphs at."""
 
 from __future__ import annotations
 
+import ast
+import functools
+import importlib
+import re
 from typing import Any, Dict, Optional, Tuple
 
 TARGET, DRAFT = "target worker", "draft worker"
@@ -28,12 +32,62 @@ def verify_backends(server_args: Any) -> Dict[str, str]:
     sends TARGET_VERIFY to the decode backend when
     ``speculative_attention_mode`` is "decode", else to the prefill backend;
     each falls back to ``attention_backend``; the draft worker uses
-    ``speculative_draft_attention_backend`` where given."""
+    ``speculative_draft_attention_backend`` where given (the draft-worker builder
+    may then give it another: :func:`draft_backend`)."""
     common = getattr(server_args, "attention_backend", None)
     mode = getattr(server_args, "speculative_attention_mode", None) or "prefill"
     target = getattr(server_args, f"{mode}_attention_backend", None) or common
     draft = getattr(server_args, "speculative_draft_attention_backend", None) or target
     return {worker: name for worker, name in ((TARGET, target), (DRAFT, draft)) if name}
+
+
+DRAFT_WORKER_BUILDER = "sglang.srt.speculative.draft_worker_common"
+"""The module whose ``build_draft_tp_worker`` gives a draft worker its attention backend (0.5.16+)."""
+
+
+def draft_backend(named: Optional[str]) -> Optional[str]:
+    """The attention backend the release's draft-worker builder gives a draft worker asked for ``named``
+    (``--speculative-draft-attention-backend``, else the target's): ``named`` where its draft workers take
+    it, else the backend it falls back to on this machine (:func:`draft_backend_rule`)."""
+    rule = draft_backend_rule()
+    if named is None or rule is None or named in rule[0]:
+        return named
+    return rule[1]
+
+
+@functools.lru_cache(maxsize=None)
+def draft_backend_rule() -> Optional[Tuple[Tuple[str, ...], str]]:
+    """``(the backends the release's draft workers take, the one any other falls back to here)``, read off
+    :data:`DRAFT_WORKER_BUILDER`'s source (nothing of it imported): the tuple it names
+    (``_SUPPORTED_DRAFT_BACKENDS`` in 0.5.16-0.5.18; ``DRAFT_ATTENTION_BACKEND_CHOICES`` from 0.5.19, its
+    value read from the argument choices) and its ``"triton" if <ROCm or XPU> else "flashinfer"``. None
+    where the release has no such builder (0.5.14-0.5.15 build a draft worker on the backend named) or it
+    reads otherwise."""
+    from .probe import source_file
+
+    path = source_file(DRAFT_WORKER_BUILDER)
+    if path is None:
+        return None
+    text = path.read_text(encoding="utf-8")
+    fallback = re.search(r'"(\w+)"\s+if\s+\(?[^"\n]*\b(hip|is_xpu)\b[^"\n]*\)?\s+else\s+"(\w+)"', text)
+    choices: Any = None
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "_SUPPORTED_DRAFT_BACKENDS"
+                                                for t in node.targets):
+            choices = ast.literal_eval(node.value)
+    if choices is None and "DRAFT_ATTENTION_BACKEND_CHOICES" in text:
+        for module in ("sglang.srt.arg_groups.choices", "sglang.srt.server_args"):
+            try:
+                choices = getattr(importlib.import_module(module), "DRAFT_ATTENTION_BACKEND_CHOICES")
+                break
+            except (ImportError, AttributeError):
+                continue
+    if fallback is None or not choices:
+        return None
+    import torch
+
+    other = getattr(torch.version, "hip", None) or getattr(getattr(torch, "xpu", None), "is_available", lambda: False)()
+    return tuple(choices), fallback.group(1) if other else fallback.group(3)
 
 
 def dp_attention(server_args: Any) -> bool:

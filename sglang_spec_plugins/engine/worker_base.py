@@ -98,6 +98,7 @@ def worker_base() -> type:
 
     class PluginSpecWorker(base):
         model_config = None
+        verifies_one_width = False  # its steps take their widths from StepWidths.at (see verifies_one_width())
 
         def __init__(self, server_args, target_worker, **release_kwargs):
             super().__init__()
@@ -128,6 +129,14 @@ def worker_base() -> type:
         if not hasattr(base, name):  # up to 0.5.15; later the base updates draft_worker.draft_runners (none)
             setattr(PluginSpecWorker, name, _target_only_update)
     return PluginSpecWorker
+
+
+def verifies_one_width(worker_cls: object) -> bool:
+    """Whether the worker class verifies one width at every step on each worker (the largest the
+    algorithm resolves there), which its base says with ``verifies_one_width = True``
+    (:func:`~sglang_spec_plugins.worker.draft_block_worker_base`): widths by batch size that give
+    several widths are not served by it (the start-up check refuses them)."""
+    return getattr(worker_cls, "verifies_one_width", False) is True
 
 
 def _target_only_update(worker, recv_req):

@@ -16,6 +16,14 @@ release's lines; a site whose line cannot be edited alone is refused.
 (A method is replaced on its class, a top-level function gets the edited code
 in place, as every function patch does: :mod:`.unit`.)
 
+Before the speculative algorithm is resolved, 0.5.14+ reads the draft's
+``config.json`` (``_resolve_speculative_algorithm_alias``, for any algorithm
+given ``--speculative-draft-model-path``), ahead of every plugin validator: a
+missing folder or a ``config.json`` that is no JSON object met SGLang's
+reading raw ("Repo id must be in the form ..."). ``draft_model.draft_checkpoint``
+checks a draft-model plugin's checkpoint there first
+(:func:`refuse_draft_checkpoint`).
+
 One more edit serves ``input_embeds`` outside those sites: every release
 casts a forward's ``input_embeds`` to bfloat16 for any model
 (``ModelRunner._extend_forward_kwargs``; ``forward_extend`` up to 0.5.13),
@@ -26,14 +34,17 @@ the runner's dtype (:func:`input_embeds_for`).
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Optional, Tuple
 
-from ..engine.algorithm import draft_model_of
+from ..draft_model import checkpoint_config
+from ..engine.algorithm import draft_model_of, policy_of
+from ..errors import BEFORE_WEIGHTS
 from ..engine.dflash_sites import DECLARED, VERDICTS, dflash_sites, verdict
 from ..engine.dflash_sites import Verdict as SiteVerdict
 from ..engine.probe import source_file
 from .source_edit import Edit
-from .unit import FunctionPatch, Plan, Target, Verdict
+from .unit import FunctionPatch, Plan, Target, Verdict, WrapPatch
 
 _ASK = "_sglang_spec_plugins_dflash_like"
 
@@ -64,16 +75,7 @@ class DraftModelPatch(FunctionPatch):
     (before, the start-up check refuses them): not needed on older releases."""
 
     def plan(self, release: Optional[str]) -> Plan:
-        from packaging.version import InvalidVersion, Version
-
-        from ..draft_model import FIRST_RELEASE
-
-        try:
-            if release is not None and Version(release) < Version(FIRST_RELEASE):
-                return Plan(Verdict.NOT_NEEDED, f"SGLang {release}: draft-model plugins are served from {FIRST_RELEASE}")
-        except InvalidVersion:
-            pass
-        return self.plan_served(release)
+        return _unserved(release) or self.plan_served(release)
 
     def plan_served(self, release: Optional[str]) -> Plan:
         return super().plan(release)
@@ -138,6 +140,74 @@ def _declared(key: Tuple[str, str]):
             if judged.kind == DECLARED]
 
 
-PATCHES = tuple(SitePatch(key) for key in VERDICTS if _declared(key)) + (INPUT_EMBEDS,)
-"""One patch per SGLang function holding a declared site (a release without it: not needed), and the
-input_embeds cast."""
+def refuse_draft_checkpoint(algorithm_name: Any, path: Any) -> None:
+    """Refuse, naming the plugin, the ``--speculative-draft-model-path`` of a plugin algorithm with a draft
+    model that is no local checkpoint SGLang can read (:func:`~..draft_model.checkpoint_config`: no such
+    folder and no repo id, no ``config.json``, not a JSON object); anything else is left to SGLang."""
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    if not path or not isinstance(algorithm_name, str):
+        return
+    try:
+        algorithm = SpeculativeAlgorithm.from_string(algorithm_name)
+    except (ValueError, KeyError):
+        return  # not a registered name: SGLang refuses it itself
+    policy = policy_of(algorithm)
+    if policy is None or draft_model_of(algorithm) is None:
+        return
+    why, _ = checkpoint_config(path)
+    if isinstance(why, str):
+        raise policy.fault(f"--speculative-draft-model-path {path}: {why}{BEFORE_WEIGHTS}")
+
+
+def _checkpoint_wrapper(original):
+    @functools.wraps(original)
+    def resolve_alias(*args, **kwargs):
+        refuse_draft_checkpoint(args[0] if args else kwargs.get("speculative_algorithm"),
+                                args[1] if len(args) > 1 else kwargs.get("speculative_draft_model_path"))
+        return original(*args, **kwargs)
+
+    return resolve_alias
+
+
+def _unserved(release: Optional[str]) -> Optional[Plan]:
+    """NOT_NEEDED on a release before draft-model plugins are served (0.5.14); else None."""
+    from packaging.version import InvalidVersion, Version
+
+    from ..draft_model import FIRST_RELEASE
+
+    try:
+        if release is not None and Version(release) < Version(FIRST_RELEASE):
+            return Plan(Verdict.NOT_NEEDED, f"SGLang {release}: draft-model plugins are served from {FIRST_RELEASE}")
+    except InvalidVersion:
+        pass
+    return None
+
+
+class CheckpointPatch(WrapPatch):
+    """:data:`DRAFT_CHECKPOINT`: served from 0.5.14 (as every draft-model patch); not needed where the
+    release reads no draft config while it resolves the algorithm."""
+
+    def plan(self, release: Optional[str]) -> Plan:
+        unserved = _unserved(release)
+        if unserved is not None:
+            return unserved
+        if not any(target.source() is not None for target in self.alternatives):
+            return Plan(Verdict.NOT_NEEDED, f"SGLang {release}: reads no draft config while it resolves the algorithm")
+        return super().plan(release)
+
+
+DRAFT_CHECKPOINT = CheckpointPatch(
+    name="draft_model.draft_checkpoint",
+    summary="a draft-model plugin's --speculative-draft-model-path checked before SGLang reads its config.json",
+    alternatives=(Target("sglang.srt.arg_groups.speculative_hook", "_resolve_speculative_algorithm_alias"),),
+    condition=lambda source: (Verdict.APPLY, "reads the draft's config.json for any algorithm: a draft-model "
+                                             "plugin's checkpoint is checked first, naming the plugin")
+    if "get_config(" in source else (Verdict.NOT_NEEDED, "reads no draft config"),
+    wrapper=_checkpoint_wrapper,
+)
+
+
+PATCHES = tuple(SitePatch(key) for key in VERDICTS if _declared(key)) + (INPUT_EMBEDS, DRAFT_CHECKPOINT)
+"""One patch per SGLang function holding a declared site (a release without it: not needed), the
+input_embeds cast and the draft checkpoint's check."""

@@ -24,12 +24,11 @@ Config files are read as JSON where the path is a local folder, else through
 from __future__ import annotations
 
 import ast
-import json
 import os
-from pathlib import Path
 from typing import Any, List, Mapping, Optional, Tuple
 
-from ..draft_model import DFLASH, FIRST_RELEASE
+from ..draft_model import DFLASH, FIRST_RELEASE, checkpoint_config
+from ..errors import is_plain_int
 from ..plugin_calls import describe_exception
 
 _HYBRID_NAMES = ("mamba", "nemotron_h", "qwen3_next", "minimax", "kimi", "deepseek_v4", "falcon_h1", "jamba",
@@ -69,19 +68,29 @@ def config_faults(declared: Any, policy: Any, server_args: Any, ndt: Optional[in
         return ["--speculative-draft-model-path is not set; the worker loads its draft model from it"]
     draft, where = read_config(path)
     if isinstance(draft, str):
-        return [f"--speculative-draft-model-path {path}: cannot read {where}: {draft}"]
+        return [f"--speculative-draft-model-path {path}: {draft}"]
     target, target_where = read_config(getattr(server_args, "model_path", None))
     found: List[str] = []
-    architectures = list(draft.get("architectures") or [])
+    architectures = draft.get("architectures") or []
     known = dflash_architectures()
-    if known and not set(architectures) & set(known):
+    if not isinstance(architectures, list):
+        found.append(f"{where} architectures = {architectures!r}: not a list of architecture names")
+    elif known and not set(map(str, architectures)) & set(known):
         found.append(f"{where} architectures = {architectures}: not one of SGLang's DFlash draft models "
                      f"({', '.join(known)})")
     section = draft.get("dflash_config") or {}
+    if not isinstance(section, dict):
+        return found + [f"{where} dflash_config = {section!r}: not an object (block_size, target_layer_ids, "
+                        "mask_token_id)"]
 
     def key(name: str) -> Tuple[Any, str]:
         return (section[name], f"dflash_config.{name}") if name in section else (draft.get(name), name)
 
+    layers, layers_key = key("target_layer_ids")
+    layers_listed = isinstance(layers, list) and all(is_plain_int(i) for i in layers)
+    if layers is not None and not layers_listed:
+        found.append(f"{where} {layers_key} = {layers!r}: not a list of the target's layer indices (ints), the "
+                     "layers whose hidden states the draft reads")
     if isinstance(target, Mapping):
         if draft.get("hidden_size") != target.get("hidden_size"):
             found.append(f"{where} hidden_size = {draft.get('hidden_size')}: not the target's {target.get('hidden_size')} "
@@ -92,10 +101,9 @@ def config_faults(declared: Any, policy: Any, server_args: Any, ndt: Optional[in
             found.append(f"{where} {mask_key} is not set; the worker needs the mask token's id")
         elif not isinstance(mask, int) or isinstance(vocab, int) and not 0 <= mask < vocab:
             found.append(f"{where} {mask_key} = {mask!r}: outside the target's vocabulary ({target_where} vocab_size = {vocab})")
-        layers, layers_key = key("target_layer_ids")
         count = target.get("num_hidden_layers")
-        if isinstance(layers, list) and isinstance(count, int):
-            outside = [i for i in layers if not isinstance(i, int) or not 0 <= i < count]
+        if layers_listed and isinstance(count, int):
+            outside = [i for i in layers if not 0 <= i < count]
             if outside:
                 found.append(f"{where} {layers_key} = {layers}: {outside} outside the target's {count} layers "
                              f"({target_where} num_hidden_layers)")
@@ -178,24 +186,19 @@ def hybrid_target(config: Mapping) -> bool:
 
 
 def read_config(path: Optional[str]) -> Tuple[Any, str]:
-    """``(config dict, where)`` for a model folder or hub id, or ``(why, where)`` when it cannot be read
-    (``"no path"`` for none, or :data:`PLACEHOLDER_MODEL_PATH`)."""
+    """``(config dict, where)`` for a model folder (:func:`~..draft_model.checkpoint_config`) or hub id,
+    or ``(why, where)`` when it cannot be read (``"no path"`` for none, or :data:`PLACEHOLDER_MODEL_PATH`)."""
     if not path or path == PLACEHOLDER_MODEL_PATH:
         return "no path", "config.json"
-    folder = Path(path)
-    if folder.is_dir():
-        where = str(folder / "config.json")
-        try:
-            return json.loads((folder / "config.json").read_text()), where
-        except (OSError, ValueError) as exc:
-            return describe_exception(exc), where
-    where = f"{path} (config.json)"
+    config, where = checkpoint_config(path)
+    if config is not None:
+        return config, where
     try:
         from transformers import AutoConfig
 
         return AutoConfig.from_pretrained(path, trust_remote_code=False).to_dict(), where
     except Exception as exc:  # no such hub id, no network, an unknown model type
-        return describe_exception(exc), where
+        return f"cannot read {where}: {describe_exception(exc)}", where
 
 
 def dflash_architectures() -> Tuple[str, ...]:

@@ -63,12 +63,12 @@ def predict(
         return {"version": found.version, "summary": f"{found.version}: cannot serve plugin algorithms", "lines": reasons,
                 "problems": problems, "backends": {}, "modes": {}, "cpu_harness": harness, "not_run": []}
 
-    from ..engine.facts import DRAFT, TARGET
+    from ..engine.facts import DRAFT, TARGET, draft_backend
     from ..engine.request_kinds import summary as kinds_summary
     from ..engine.worker_contract import contract, overlap_mode
     from ..patches.attention_support import KNOWN_BACKENDS, support_at_widths
     from ..patches.support import Serving
-    from .startup_check import dp_attention_faults, faults, verifying_workers
+    from .startup_check import dp_attention_faults, fallback_phrase, faults, verifying_workers
 
     backends: Dict[str, Dict[str, Dict[str, Dict[str, str]]]] = {}
 
@@ -114,11 +114,14 @@ def predict(
                 shape, worker = offered.spec.verify_shape, DRAFT if draft else TARGET
                 widths = policy.candidate_widths(ndt, draft)
                 for backend in [attention_backend] if attention_backend else KNOWN_BACKENDS:
-                    width, support = support_at_widths(backend, policy, ndt, shape, draft)
+                    served = draft_backend(backend) if draft else backend  # SGLang's draft-worker builder's choice
+                    width, support = support_at_widths(served, policy, ndt, shape, draft)
                     at = "" if len(widths) == 1 else f"at widths {', '.join(map(str, widths))}: " if support.verdict != Serving.REFUSED \
                         else f"at width {width}: "
+                    if served != backend:
+                        at = f"{fallback_phrase(backend, served, found.version)}: {served} {at}"
                     backends.setdefault(name, {}).setdefault(str(ndt), {}).setdefault(worker, {})[backend] = {
-                        "verdict": support.verdict, "reason": at + support.reason}
+                        "verdict": support.verdict, "reason": at + support.reason, "runs_on": served}
     return {"version": found.version, "summary": f"{found.version}: can serve plugin algorithms", "lines": lines,
             "problems": sorted(set(problems), key=problems.index), "backends": backends, "modes": modes,
             "cpu_harness": harness, "not_run": []}

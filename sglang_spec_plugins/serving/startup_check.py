@@ -26,14 +26,13 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, List, Mapping, Optional, Sequence
 
-from ..engine.facts import DRAFT, TARGET, dp_attention, verify_backends
-from ..errors import ConfigError, PluginError, PluginInterrupted, StartupRefused, printable, show
+from ..engine.facts import DRAFT, TARGET, dp_attention, draft_backend, verify_backends
+from ..errors import BEFORE_WEIGHTS, ConfigError, PluginError, PluginInterrupted, StartupRefused, printable, show
 from ..plugins import OfferedAlgorithm
 from ..policy import VerifyPolicy
 
 logger = logging.getLogger("sglang_spec_plugins")
 
-BEFORE_WEIGHTS = " (found while SGLang resolved its server arguments, before loading any weights)"
 
 def faults(offered: OfferedAlgorithm, policy: VerifyPolicy, server_args: Any, version: str, *,
            ndt: Optional[int], disable_overlap: bool, backends: Mapping[str, str], release: Any = None,
@@ -66,7 +65,7 @@ def faults(offered: OfferedAlgorithm, policy: VerifyPolicy, server_args: Any, ve
         return [refused]
     found = overlap_faults(offered, version, disable_overlap, release)
     if factory:
-        found += factory_faults(offered, server_args, release)
+        found += factory_faults(offered, server_args, release, policy, ndt)
     if dp_attention:
         found += dp_attention_faults(policy, ndt)
     if offered.spec.draft_model is not None:
@@ -108,19 +107,39 @@ def overlap_faults(offered: OfferedAlgorithm, version: str, disable_overlap: boo
     return []
 
 
-def factory_faults(offered: OfferedAlgorithm, server_args: Any, release: Any) -> List[str]:
-    """What SGLang's ``create_worker`` and scheduler would meet in the worker factory's result."""
+def factory_faults(offered: OfferedAlgorithm, server_args: Any, release: Any, policy: Optional[VerifyPolicy] = None,
+                   ndt: Optional[int] = None) -> List[str]:
+    """What SGLang's ``create_worker`` and scheduler would meet in the worker factory's result,
+    and (with ``policy`` and ``ndt``) the widths at ``ndt`` the class would not serve
+    (:func:`one_width_faults`)."""
+    from ..engine.worker_base import verifies_one_width
     from ..engine.worker_contract import check_worker
 
     try:
         with offered.code("worker_factory", failed="worker_factory raised"):
             worker = offered.spec.worker_factory(server_args)
         with offered.code("worker_factory", failed="reading the class worker_factory returned raised"):
-            return check_worker(worker, release)  # its members, descriptors and signatures are the plugin's code
+            found = check_worker(worker, release)  # its members, descriptors and signatures are the plugin's code
+            one_width = not found and verifies_one_width(worker)
     except PluginInterrupted:
         raise
     except PluginError as exc:
         return [exc.detail]
+    return found + (one_width_faults(policy, ndt, worker.__qualname__) if one_width and policy is not None else [])
+
+
+def one_width_faults(policy: VerifyPolicy, ndt: Optional[int], worker: str) -> List[str]:
+    """Widths by batch size that give a worker several widths, for a worker class ``worker``
+    that verifies one width at every step (:func:`~..engine.worker_base.verifies_one_width`):
+    it would serve the largest at every batch size."""
+    found: List[str] = []
+    for draft in verifying_workers(policy, ndt):
+        buckets = policy.widths_by_batch_size(ndt, draft)
+        if buckets is not None and len(buckets.candidates) > 1:
+            found.append(f"{policy.widths_by_batch_size_source(ndt, draft)} gives the {DRAFT if draft else TARGET} widths "
+                         f"by batch size {buckets}, but {worker} verifies one width at every step (its base's rule, "
+                         f"verifies_one_width): it would verify {buckets.maximum} at every batch size; give one width")
+    return found
 
 
 def verifying_workers(policy: VerifyPolicy, ndt: Optional[int]) -> List[bool]:
@@ -159,11 +178,23 @@ def backend_faults(offered: OfferedAlgorithm, policy: VerifyPolicy, version: str
         if draft not in verifying:
             continue  # no width, a draft worker that never verifies, or a width already refused
         shape = offered.spec.verify_shape
-        width, support = support_at_widths(backend, policy, ndt, shape, draft)  # every width a step may use
+        served = draft_backend(backend) if draft else backend
+        width, support = support_at_widths(served, policy, ndt, shape, draft)  # every width a step may use
         if support.verdict == Serving.REFUSED:
-            found.append(f"--attention-backend {backend} on the {worker_name} at width {width} ({shape}, ndt {ndt}) "
-                         f"on SGLang {version} is refused: {support.reason}")
+            named = f"--attention-backend {backend}" + (f" ({fallback_phrase(backend, served, version)})"
+                                                          if served != backend else "")
+            found.append(f"{named} on the {worker_name} at width {width} ({shape}, ndt {ndt}) on SGLang {version} is "
+                         f"refused: {support.reason}")
     return found
+
+
+def fallback_phrase(named: str, served: str, version: str) -> str:
+    """What a message says of a draft worker that SGLang's draft-worker builder gives ``served`` for ``named``."""
+    from ..engine.facts import draft_backend_rule
+
+    rule = draft_backend_rule()
+    takes = f" (they take {', '.join(rule[0])})" if rule is not None else ""
+    return f"SGLang {version}'s draft workers run {served} for it{takes}"
 
 
 def validator(offered: OfferedAlgorithm, policy: VerifyPolicy, version: str) -> Callable[[Any], None]:

@@ -113,7 +113,7 @@ class Kit(pytest.Collector):
 
         @functools.lru_cache(maxsize=None)
         def ndts(name: str) -> Tuple[int, ...]:
-            return checks.accepted_ndts(owned[name], self.ndts)
+            return checks.accepted_ndts(plugin_set, owned[name], self.ndts)
 
         @functools.lru_cache(maxsize=None)
         def table(name: str):

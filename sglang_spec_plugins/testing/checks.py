@@ -55,11 +55,15 @@ def algorithms_of(plugin_set: PluginSet, plugin: str) -> Dict[str, OfferedAlgori
 server_args = ndt_grid.validator_args
 
 
-def accepted_ndts(offered: OfferedAlgorithm, configured: Sequence[int] = (), make_args=server_args) -> Tuple[int, ...]:
+def accepted_ndts(plugin_set: PluginSet, offered: OfferedAlgorithm, configured: Sequence[int] = (),
+                  make_args=server_args) -> Tuple[int, ...]:
     """The ndts ``validate_server_args`` accepts among :func:`ndt_grid.grid`
-    (1-64, and the ``configured`` ones the author names). It may refuse with
+    (1-64, and the ``configured`` ones the author names), ``policy_for`` answering
+    it with a policy of ``plugin_set`` as in a server. It may refuse with
     ValueError (SGLang's way to refuse a configuration); anything else it
     raises is a Finding, and so is refusing the whole grid."""
+    from ..engine.algorithm import checking
+
     tried = ndt_grid.grid(offered, configured)
 
     def other(ndt: int, exc: BaseException) -> None:
@@ -69,7 +73,8 @@ def accepted_ndts(offered: OfferedAlgorithm, configured: Sequence[int] = (), mak
             "or a ValueError that says what to change"
         ) from exc
 
-    accepted = ndt_grid.accepted(offered, tried, make_args, other)
+    with checking({offered.name: VerifyPolicy(plugin_set, offered)}):
+        accepted = ndt_grid.accepted(offered, tried, make_args, other)
     if not accepted:
         raise Finding(f"plugin {offered.plugin!r}, algorithm {offered.name}: validate_server_args refuses every "
                       f"speculative_num_draft_tokens in {tried}; the kit cannot ask for a width")

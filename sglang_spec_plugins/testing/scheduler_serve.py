@@ -36,7 +36,9 @@ asked (``logprobs``: each token's; ``top_logprobs``: ``[[value, id], ...]`` per
 token; ``token_ids_logprobs``), SGLang's own ``completion_tokens``,
 ``spec_verify_ct`` (verify forwards) and finish reason; the ``verify_steps``,
 ``[batch size, tokens per request]`` of every TARGET_VERIFY ``ForwardBatch``
-the target's model runner ran, in order; the ``chosen_widths``, ``[batch
+the target's model runner ran, in order (``draft_verify_steps``: those of
+the speculative worker's own draft runner, where it has one that runs
+them: a worker with a draft model); the ``chosen_widths``, ``[batch
 size, width]`` of every answer the worker's
 :class:`~sglang_spec_plugins.worker.StepWidths` gave, in order; the ``log``:
 every warning and error this package logged while serving; and the wall
@@ -136,6 +138,8 @@ def serve(algorithm: Optional[str], ndt: int = 4, max_new_tokens: Union[int, Seq
     logged = _record_log()
     verify_tokens: List[List[int]] = []
     verify_steps = _record_verify_steps(scheduler.tp_worker.model_runner, verify_tokens)
+    draft_runner = getattr(getattr(scheduler, "draft_worker", None), "draft_runner", None)
+    draft_verify_steps = _record_verify_steps(draft_runner) if callable(getattr(draft_runner, "forward", None)) else []
     chosen_widths, stop_recording = _record_chosen_widths()
 
     try:
@@ -161,7 +165,8 @@ def serve(algorithm: Optional[str], ndt: int = 4, max_new_tokens: Union[int, Seq
         stop_recording()
     finished = {rid: r for rid, r in results.items() if r.get("done")}
     return {"served": len(finished) == len(specs) and not failure, "error": failure[0] if failure else None,
-            "requests": finished, "verify_steps": verify_steps, "verify_tokens": verify_tokens,
+            "requests": finished, "verify_steps": verify_steps, "draft_verify_steps": draft_verify_steps,
+            "verify_tokens": verify_tokens,
             "chosen_widths": chosen_widths, "log": logged,
             "init_s": round(started - began, 1),
             "serve_s": round(time.monotonic() - started, 1)}

@@ -74,7 +74,11 @@ def draft_block_worker_base() -> type:
     names are refused there one by one. A ``drafts`` that raises or returns
     the wrong shape, type or token range is the drafter's fault, contained as
     the chain base contains it (its drafts become the root repeated). At
-    ``W = B`` it drafts and verifies token for token as SGLang's own DFLASH."""
+    ``W = B`` it drafts and verifies token for token as SGLang's own DFLASH.
+
+    ``B`` and ``W`` are one width each, at every step (``verifies_one_width``):
+    widths by batch size that give a worker several widths are refused by the
+    start-up check and by ``check``, naming where they come from."""
     # SGLang first: where it is missing, the ImportError names it (the kit then skips SGLang's checks)
     from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardBatch, ForwardMode
     from sglang.srt.speculative.dflash_info import DFlashVerifyInput
@@ -86,6 +90,8 @@ def draft_block_worker_base() -> type:
     can_fuse_qkv = sglang_name("can_dflash_use_fused_qkv_proj", "sglang.srt.speculative.dflash_utils")
 
     class DraftBlockSpecWorker(draft_model_worker_base()):
+        verifies_one_width = True  # B and W, the largest widths of each worker (widths by batch size are refused)
+
         def __init__(self, server_args, target_worker, **release_kwargs):
             super().__init__(server_args, target_worker, **release_kwargs)
             self.policy = policy_for(server_args)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable, Optional, Tuple
 
 from ..engine.algorithm import policy_for, required_policy
@@ -12,6 +13,8 @@ from ..errors import EngineError, is_plain_int
 from ..widths_by_acceptance import WidthsByAcceptance
 from ..widths_by_batch_size import padded_size
 
+
+logger = logging.getLogger("sglang_spec_plugins")
 
 _UNRESOLVED = object()
 
@@ -35,6 +38,8 @@ class StepWidths:
     * the worker, ``at(batch_size, width)``: any width the algorithm declares
       (:attr:`declared`; another is refused, naming the plugin), best one of
       :meth:`choices` (a CUDA graph of those holds the batch; another runs eagerly);
+      its plugin declares ``AlgorithmSpec(picks_widths=...)`` (a width passed
+      beside an acceptance controller is logged once: the controller then does not choose);
     * else the acceptance controller, where plugins.toml turns on
       ``widths_by_acceptance`` (:mod:`~.widths_by_acceptance`), fed by
       ``record`` (SGLang's ``accept_lens``; without the controller ``record``
@@ -88,6 +93,7 @@ class StepWidths:
         self._recorded: Optional[Tuple[Optional[int], int, int, Any, int]] = None  # (bucket, width, size, count,
         # requests) unread
         self._graphs: Any = None  # the runner's decode CUDA-graph runner, with the schedule
+        self._said_undeclared = False  # logged once: a width of the worker's own beside the controller
         self._replay_size: Any = None
 
     def at(self, batch_size: int, width: Optional[int] = None) -> int:
@@ -102,6 +108,13 @@ class StepWidths:
                     f"StepWidths.at({batch_size}, width={width!r}): the algorithm declares widths "
                     f"{', '.join(map(str, self.declared))} on the {'draft' if self._draft else 'target'} worker at "
                     f"speculative_num_draft_tokens={self._ndt}, not {width!r}")
+            if self._controller is not None and not self._said_undeclared:
+                self._said_undeclared = True
+                logger.warning("%s", self._policy.fault(
+                    f"the worker chose width {width} itself (StepWidths.at({batch_size}, width={width})), so the "
+                    "acceptance controller plugins.toml widths_by_acceptance turns on does not choose; a worker that "
+                    "picks its widths declares AlgorithmSpec(picks_widths=...), and check and the start-up check then "
+                    "refuse widths_by_acceptance"))
         elif self._controller is not None:
             width = self._controller.width(bucket)
         else:

@@ -175,6 +175,8 @@ TRTLLM_MHA_VERIFY = {"prefill_attention_backend": "flashinfer", "decode_attentio
 """Attention data parallelism over two ranks (``check`` gets ``--enable-dp-attention``)."""
 
 BAD = "[plugins]\nenable = ['sbd', 'bad']\n"
+CONTINUATIONS = Path(__file__).resolve().parents[2] / "examples/controlled_acceptance_drafter/tests/continuations.json"
+"""The CONTROLLED_ACCEPTANCE example's recorded continuations (its conformance settings')."""
 AGREED = r"\S+/agreement/"
 """The agreement directory of :func:`agreement_holding` (its path)."""
 REMOVE_IT = (r"no process writes one \(records are written whole\): remove it, or the directory \S+/agreement, or unset "
@@ -185,6 +187,30 @@ SKIPPING = "[plugins]\nenable = ['sbd', 'dflash_block', 'bad']\non_error = 'skip
 WIDTH = "[plugins]\nenable = ['bad']\n"
 BY_BATCH = "[algorithms.BAD]\nmax_tokens_per_req = 6\nwidths_by_batch_size = {1 = 6, 2 = 4, 4 = 2}\n"
 """Widths by batch size at ndt 4 (FLAGS): 6 tokens per request for one request, 4 for 2-3, 2 from 4."""
+
+def _drafts() -> Dict[str, Path]:
+    """Draft checkpoints with one fault each, in DFlash's layout for the tiny Llama otherwise (a folder under the
+    system's temporary folder, made once per process): ``list``, a config.json holding a list; ``layers``,
+    ``dflash_config.target_layer_ids`` an int."""
+    import tempfile
+
+    from sglang_spec_plugins.testing.draft_checkpoint import dflash_draft
+    from sglang_spec_plugins.testing.scheduler_start import TINY_LLAMA
+
+    root = Path(tempfile.gettempdir()) / f"sglang-spec-plugins-tests-drafts-{os.getpid()}"
+    found = {"list": root / "list", "layers": root / "layers"}
+    if not (found["layers"] / "config.json").exists():
+        dflash_draft(found["layers"], TINY_LLAMA, block_size=4, mask_token_id=255, target_layer_ids=[0])
+        config = json.loads((found["layers"] / "config.json").read_text())
+        config["dflash_config"]["target_layer_ids"] = 0
+        (found["layers"] / "config.json").write_text(json.dumps(config))
+        found["list"].mkdir(parents=True, exist_ok=True)
+        (found["list"] / "config.json").write_text("[1, 2]")
+    return found
+
+
+DRAFTS = _drafts()
+
 
 CASES = [
     # --- plugins.toml: the file itself ---
@@ -493,7 +519,70 @@ CASES = [
          since="0.5.14"),
     Case("worker forward is async", r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: Worker.forward_batch_generation is a coroutine function \(async def\): SGLang [0-9.post]+ calls it and uses what it returns, which would be a coroutine object; make it a plain def",
          WIDTH, {"bad": "worker_forward_is_async"}, start=FLAGS),
+    # --- draft checkpoints, refused before SGLang reads them (issue 45) ---
+    Case("draft folder missing",
+         r"plugin 'dflash_block' \(sglang-spec-example-dflash-block==0.1.0\): algorithm DFLASH_BLOCK: "
+         r"--speculative-draft-model-path /nonexistent/sglang-spec-plugins-draft: no such folder \(nor a Hugging Face "
+         r"repo id, 'name' or 'namespace/name'\)",
+         "[plugins]\nenable = ['dflash_block']\n",
+         start=dict(FLAGS, speculative_algorithm="DFLASH_BLOCK",
+                    speculative_draft_model_path="/nonexistent/sglang-spec-plugins-draft"), since="0.5.14"),
+    Case("draft config not an object",
+         r"algorithm DFLASH_BLOCK: --speculative-draft-model-path \S+: \S+/config.json: a JSON list, not an object "
+         r"holding the model's settings",
+         "[plugins]\nenable = ['dflash_block']\n",
+         start=dict(FLAGS, speculative_algorithm="DFLASH_BLOCK", speculative_draft_model_path=str(DRAFTS["list"])),
+         since="0.5.14"),
+    Case("draft target_layer_ids not a list",
+         r"algorithm DFLASH_BLOCK: \S+/config.json dflash_config.target_layer_ids = 0: not a list of the target's layer "
+         r"indices \(ints\), the layers whose hidden states the draft reads",
+         "[plugins]\nenable = ['dflash_block']\n",
+         start=dict(FLAGS, speculative_algorithm="DFLASH_BLOCK", speculative_draft_model_path=str(DRAFTS["layers"])),
+         since="0.5.14"),
+    # --- the true culprit (issue 45) ---
+    Case("hooks brought in by an import",
+         r"plugin 'bad' \(bad-drafter==1.0\): algorithm BAD: sgl_spec_verify_width\(num_draft_tokens=8, is_draft_worker=False\) "
+         r"returned None for its own algorithm BAD: this sgl_spec_verify_width is prompt_lookup_drafter.plugin.sgl_spec_verify_width "
+         r"\(\S+/prompt_lookup_drafter/plugin.py\), which bad_mod imports \(a `from ... import \*` brings in every hook of "
+         r"the module it names\), and it answers for that module's algorithms; define sgl_spec_verify_width in bad_mod "
+         r"for its own algorithms, or import only the names it uses\Z",
+         WIDTH, {"bad": "imports_the_hooks_of_another_plugin"}, ndt=8),
+    Case("hooks brought in by an import answer for their module's algorithm",
+         r"plugin 'bad' \(bad-drafter==1.0\): sgl_spec_verify_width answered 16 for algorithm PROMPT_LOOKUP, which plugin "
+         r"'prompt_lookup' owns; this sgl_spec_verify_width is prompt_lookup_drafter.plugin.sgl_spec_verify_width "
+         r"\(\S+/prompt_lookup_drafter/plugin.py\), which bad_mod imports",
+         "[plugins]\nenable = ['prompt_lookup', 'bad']\n", {"bad": "imports_the_hooks_of_another_plugin"}),
+    # --- settings a worker would ignore or clamp (issue 45): refused, naming the key ---
+    Case("acceptance controller on a drafter that picks its widths",
+         r"\[algorithms.SBD\] widths_by_acceptance in {cfg}: the worker of SBD picks each step's width itself \(AlgorithmSpec "
+         r"picks_widths of plugin 'sbd'\), so the acceptance controller would never choose one; remove widths_by_acceptance",
+         "[plugins]\nenable = ['sbd']\n[algorithms.SBD]\nmax_tokens_per_req = 8\nwidths_by_batch_size = {1 = [2, 4, 8]}\n"
+         "widths_by_acceptance = true\n", ndt=4, algorithm="SBD"),
+    Case("acceptance controller beside a width cycle",
+         r"\[algorithms.CONTROLLED_ACCEPTANCE\] widths_by_acceptance in {cfg}: the worker of CONTROLLED_ACCEPTANCE picks each "
+         r"step's width itself \(AlgorithmSpec picks_widths of plugin 'controlled_acceptance', with these settings\)",
+         "[plugins]\nenable = ['controlled_acceptance']\n[algorithms.CONTROLLED_ACCEPTANCE]\n"
+         f"continuations = '{CONTINUATIONS}'\nwidths_by_batch_size = {{1 = [2, 4]}}\nwidth_cycle = [2, 4]\n"
+         "widths_by_acceptance = true\n", ndt=4, algorithm="CONTROLLED_ACCEPTANCE"),
+    Case("verify width above the draft block",
+         r"plugin 'dflash_block' \(sglang-spec-example-dflash-block==0.1.0\): algorithm DFLASH_BLOCK: validate_server_args "
+         r"refused --speculative-num-draft-tokens 4: ValueError: \[algorithms.DFLASH_BLOCK\] verify_width = 8: it must be an "
+         r"int from 1 to the block the draft model drafts \(4, --speculative-num-draft-tokens\)",
+         "[plugins]\nenable = ['dflash_block']\n[algorithms.DFLASH_BLOCK]\nverify_width = 8\n",
+         start=dict(FLAGS, speculative_algorithm="DFLASH_BLOCK"), since="0.5.14"),
+    Case("block size above ndt",
+         r"algorithm DFLASH_BLOCK: validate_server_args refused --speculative-num-draft-tokens 4: ValueError: "
+         r"\[algorithms.DFLASH_BLOCK\] block_size = 8: it must be an int from 1 to --speculative-num-draft-tokens \(4\)",
+         "[plugins]\nenable = ['dflash_block']\n[algorithms.DFLASH_BLOCK]\nblock_size = 8\n",
+         start=dict(FLAGS, speculative_algorithm="DFLASH_BLOCK"), since="0.5.14"),
+    Case("widths by batch size on the block drafter",
+         r"algorithm DFLASH_BLOCK: \[algorithms.DFLASH_BLOCK\] widths_by_batch_size in {cfg} gives the target worker widths "
+         r"by batch size \{1 = 4, 2 = 2\}, but DFlashBlockWorker verifies one width at every step \(its base's rule, "
+         r"verifies_one_width\): it would verify 4 at every batch size; give one width",
+         "[plugins]\nenable = ['dflash_block']\n[algorithms.DFLASH_BLOCK]\nwidths_by_batch_size = {1 = 4, 2 = 2}\n",
+         start=dict(FLAGS, speculative_algorithm="DFLASH_BLOCK"), since="0.5.14"),
 ]
+
 
 
 def resolve_server_args(**fields):
@@ -539,7 +628,9 @@ def check_flags(case: Case) -> List[str]:
     return ([f"-n{ndt}"] if ndt else []) + (["--disable-overlap-schedule"] if fields.get("disable_overlap_schedule") else []) \
         + ([f"--attention-backend={backend}"] if backend else []) \
         + (["--enable-dp-attention"] if fields.get("enable_dp_attention") else []) \
-        + ([f"--attn-dp-size={fields['attn_dp_size']}"] if fields.get("attn_dp_size") else [])
+        + ([f"--attn-dp-size={fields['attn_dp_size']}"] if fields.get("attn_dp_size") else []) \
+        + ([f"--speculative-draft-model-path={fields['speculative_draft_model_path']}"]
+           if fields.get("speculative_draft_model_path") else [])
 
 
 def prepare(case: Case, root: Path, site) -> Dict[str, str]:

@@ -53,13 +53,22 @@ def test_ranks_agree_or_the_one_that_differs_is_refused(tmp_path):
     assert launcher["outcome"] == "ok" and same == {**same, "outcome": "ok", "message": launcher["message"]}
     assert launcher["agreement"] and {line["agreement"] for line in lines} == {launcher["agreement"]}  # inherited
 
-    for rank in (other_toml, other_version):
+    first = f"pid {launcher['pid']} (MainProcess, launcher_and_ranks.py)"
+    for rank, differs in (
+            (other_toml, f"plugins.toml: algorithms.SKEW.settings.verify_hint is 2 in this process but not set in {first}; "
+                         "they read other plugins.toml settings (SGLANG_SPEC_PLUGINS_CONFIG, or a file changed while "
+                         "they started): give every process of the server the same file"),
+            (other_version, f"plugin 'skew' is skew-drafter==1.1 in this process but skew-drafter==1.0 in {first}; the "
+                            "answers known at load: SKEW.draft_may_verify is true in this process but false "
+                            f"in {first}; a plugin was installed, upgraded or removed while the server's processes "
+                            "started (or they see other installed packages): restart the server once no install runs")):
         assert rank["outcome"] == "refused", rank
         fingerprint = rank["message"].split(" has fingerprint ")[1][:16]
         assert fingerprint != launcher["message"]
-        assert (f"this process (pid {rank['pid']} (SpawnProcess-{rank['rank']}, " in rank["message"]
-                and f"has fingerprint {fingerprint}, but pid {launcher['pid']} (MainProcess, launcher_and_ranks.py) of the "
-                f"same server has {launcher['message']}: they load other plugins" in rank["message"]), rank["message"]
+        assert rank["message"] == (
+            f"this process (pid {rank['pid']} (SpawnProcess-{rank['rank']}, launcher_and_ranks.py)) has fingerprint "
+            f"{fingerprint}, but {first} of the same server has {launcher['message']}: {differs} "
+            f"(SGLANG_SPEC_PLUGINS_AGREEMENT={launcher['agreement']})"), rank["message"]
 
     assert other_width["outcome"] == "refused"
     assert other_width["message"] == (

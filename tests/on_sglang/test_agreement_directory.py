@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import types
+from pathlib import Path
 
 import pytest
 
@@ -131,3 +132,80 @@ def test_an_algorithm_name_too_long_for_a_file_name_is_served(site, tmp_path, mo
         assert not [p for p in problems if "agreement" in p or "File name" in p], problems
     finally:
         reset_plugin_state()
+
+
+def _join(fingerprint, queue):
+    from sglang_spec_plugins import agreement as spawned
+
+    try:
+        queue.put(spawned.join(fingerprint))
+    except Exception as exc:
+        queue.put(f"refused: {exc}")
+
+
+@pytest.fixture
+def made(tmp_path, monkeypatch):
+    """The agreement this process makes as a server's first process (under ``tmp_path``); left after the test."""
+    import tempfile
+
+    monkeypatch.delenv(ENV, raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    agreement._reset_for_tests()
+    agreement.join("0123456789abcdef")
+    yield Path(os.environ[ENV])
+    agreement._reset_for_tests()
+
+
+def test_a_directory_removed_while_the_servers_processes_start_is_refused(made):
+    """The launcher made its agreement, then something removed it (a cleaner of temporary files): a rank it spawns
+    is refused, naming the directory and its maker, instead of making an agreement of its own, alone, free to
+    verify other widths than its server's other ranks (which it did, without a word)."""
+    import multiprocessing
+    import shutil
+
+    shutil.rmtree(made)
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    process = context.Process(target=_join, args=("0123456789abcdef", queue))
+    process.start()
+    answer = queue.get(timeout=120)
+    process.join()
+    assert answer == (
+        f"refused: {ENV}={made}: this server's agreement directory, made by its process pid {os.getpid()} (an ancestor "
+        "of this process, still running), is gone: something removed it while the server's processes started (a "
+        "cleaner of temporary files, such as systemd-tmpfiles or tmpwatch, or a script), so this process cannot agree "
+        "with the others on the widths they serve; restart the server, and keep the directory: set TMPDIR, or "
+        f"{ENV} to a directory made for this server, to one no cleaner removes"), answer
+    assert not made.exists()
+
+
+def test_a_directory_removed_while_the_server_runs_stops_the_next_answer(made):
+    import shutil
+
+    shutil.rmtree(made)
+    with pytest.raises(agreement.AgreementError, match=rf"{ENV}={re.escape(str(made))}: cannot record SKEW: w: the "
+                                                       r"directory is gone, removed while the server runs"):
+        agreement.agree(agreement.Answer("SKEW: w", 2, "algorithm SKEW: w"))
+
+
+def test_a_plugin_upgraded_while_the_server_starts_is_named(server, capsys):
+    """The launcher's fingerprint and what it digests recorded with bad-drafter 0.9 (it started before an upgrade
+    to 1.0): this process is refused naming the plugin and both versions, and check says the same."""
+    from sglang_spec_plugins import loader
+    from sglang_spec_plugins.engine.probe import probe
+    from sglang_spec_plugins.fingerprint import as_json, digest, fingerprint_data
+
+    plugin_set, policies = loader.resolve()
+    theirs = as_json(fingerprint_data(plugin_set, policies, probe().version))
+    theirs["plugins"] = [[name, dist, "0.9" if name == "bad" else version] for name, dist, version in theirs["plugins"]]
+    parent = os.getppid()
+    for answer, value in (("fingerprint inputs", theirs), ("fingerprint", digest(theirs))):
+        agreement.record_file(server, answer).write_text(json.dumps(
+            {"answer": answer, "value": value, "process": f"pid {parent} (MainProcess, launch_server.py)", "pid": parent,
+             "started": agreement.started(parent)}))
+    message = (rf"of the same server has {digest(theirs)}: plugin 'bad' is bad-drafter==1.0 in this process but "
+               rf"bad-drafter==0.9 in pid {parent} \(MainProcess, launch_server.py\); a plugin was installed, upgraded or "
+               r"removed while the server's processes started \(or they see other installed packages\): restart the "
+               rf"server once no install runs \({ENV}={re.escape(str(server))}\)$")
+    refused_at_load(message)
+    check_says(message, capsys)

@@ -148,7 +148,8 @@ def test_bad_width_is_refused_when_sglang_hands_over_server_args(sglang_loaded, 
            if contract().non_overlap_schema == "v2-sync" else r"a worker with its own draft model needs SGLang 0\.5\.14\+")
     with pytest.raises(PluginError, match=r"plugin 'dflash_block' \(sglang-spec-example-dflash-block==0.1.0\): algorithm "
                        r"DFLASH_BLOCK: .*" + why):
-        block.validate_server_args(types.SimpleNamespace(speculative_num_draft_tokens=8, disable_overlap_schedule=True))
+        block.validate_server_args(types.SimpleNamespace(speculative_algorithm="DFLASH_BLOCK", speculative_num_draft_tokens=8,
+                                                         disable_overlap_schedule=True))
     block.handle_server_args(types.SimpleNamespace(speculative_num_draft_tokens=16))
 
 

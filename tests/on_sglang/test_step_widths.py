@@ -252,6 +252,20 @@ def test_the_controller_reads_nothing_back_until_the_next_step(load, monkeypatch
     assert seen == expected and len(set(seen)) > 1, seen
 
 
+def test_a_width_of_the_workers_own_beside_the_controller_is_said_once(load, caplog):
+    """A worker that passes its own widths (``at(batch_size, width)``) while plugins.toml turns the controller
+    on, without declaring ``picks_widths``: its widths are served, and one warning names the plugin and says
+    the controller does not choose (with the declaration, check and the start-up check refuse the setting)."""
+    widths = step_widths(load("widths_by_acceptance = true\n"), now=Clock())
+    caplog.set_level("WARNING", logger="sglang_spec_plugins")
+    assert [widths.at(2, 4), widths.at(2, 2), widths.at(2)] == [4, 2, 2]
+    said = [r.getMessage() for r in caplog.records if "does not choose" in r.getMessage()]
+    assert said == ["plugin 'perstep' (perstep-drafter==1.0): algorithm PER_STEP: the worker chose width 4 itself "
+                    "(StepWidths.at(2, width=4)), so the acceptance controller plugins.toml widths_by_acceptance turns "
+                    "on does not choose; a worker that picks its widths declares AlgorithmSpec(picks_widths=...), and "
+                    "check and the start-up check then refuse widths_by_acceptance"], said
+
+
 def test_without_widths_to_choose_from_the_controller_is_refused(site, sglang_loaded):
     from sglang_spec_plugins.errors import ConfigError
 

@@ -21,7 +21,8 @@ Settings (``[algorithms.CONTROLLED_ACCEPTANCE]`` in plugins.toml):
   itself, these widths in turn (each one the algorithm declares, through
   ``widths_by_batch_size``), ``width_cycle_steps`` steps each (default 1:
   another width every step), instead of the framework's width: for
-  measuring what a switch of width costs;
+  measuring what a switch of width costs (``widths_by_acceptance`` is then
+  refused: the worker picks, ``picks_widths``);
 * ``verify_width``, ``max_ngram``, ``min_ngram``, and the framework keys
   ``max_tokens_per_req``, ``widths_by_batch_size``, ``widths_by_acceptance``:
   as PROMPT_LOOKUP's.
@@ -115,10 +116,16 @@ def _validate(server_args):
     require_chain_release(ALGORITHM)
 
 
+def _picks_widths(settings) -> bool:
+    """Whether the worker picks each step's width itself: where ``width_cycle`` is set."""
+    return settings.get("width_cycle") is not None
+
+
 @hookimpl
 def sgl_spec_algorithms():
     return [AlgorithmSpec(name=ALGORITHM, worker_factory=_worker_factory, supports_overlap=True,
-                          validate_server_args=_validate, capabilities={"has_draft_kv": False})]
+                          validate_server_args=_validate, capabilities={"has_draft_kv": False},
+                          picks_widths=_picks_widths)]
 
 
 @hookimpl

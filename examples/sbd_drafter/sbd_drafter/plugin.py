@@ -21,8 +21,9 @@ Settings (``[algorithms.SBD]`` in plugins.toml):
   vocabulary); an int in ``[0, vocab_size)``;
 * ``mask_block``: the masks a step's width makes room for (default 1), an int >= 1;
 * ``max_tokens_per_req``, ``widths_by_batch_size`` (widths to choose from,
-  ``{1 = [2, 4, 8], 8 = [2, 4]}``), ``widths_by_acceptance`` (framework keys):
-  as PROMPT_LOOKUP's; with one width the width is fixed.
+  ``{1 = [2, 4, 8], 8 = [2, 4]}``) (framework keys): as PROMPT_LOOKUP's; with
+  one width the width is fixed. The worker picks its widths itself
+  (``picks_widths=True``), so ``widths_by_acceptance`` is refused.
 
 Serving it: as PROMPT_LOOKUP (SGLang 0.5.14+, under SGLang's overlap scheduler
 or without it; the same requests served, the same refused).
@@ -75,8 +76,9 @@ def _worker_factory(server_args):
 @hookimpl
 def sgl_spec_algorithms():
     # has_draft_kv=False: no draft model, so no draft KV to size or transfer (as PROMPT_LOOKUP)
+    # picks_widths: the worker picks each step's width itself (the smallest that holds the block)
     return [AlgorithmSpec(name=ALGORITHM, worker_factory=_worker_factory, supports_overlap=True,
-                          validate_server_args=_validate, capabilities={"has_draft_kv": False})]
+                          validate_server_args=_validate, capabilities={"has_draft_kv": False}, picks_widths=True)]
 
 
 @hookimpl
