@@ -159,6 +159,13 @@ CONDITIONS = {
 }
 """When a refused site applies, by name (the start-up check evaluates them)."""
 
+REMEDIES = {
+    "always": "serve it on a release whose sites docs/reference/draft-model-sites.md lists, or with SGLang's own DFLASH",
+    "overlap": "start SGLang with --disable-overlap-schedule (releases without these sites serve it overlapped)",
+}
+"""What the operator changes where a refused site's condition holds, by condition; any other:
+start SGLang without what the condition names."""
+
 
 def _d(need: str, why: str) -> Verdict:
     return Verdict(DECLARED, need, why)

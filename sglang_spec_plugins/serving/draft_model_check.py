@@ -117,25 +117,39 @@ def config_faults(declared: Any, policy: Any, server_args: Any, ndt: Optional[in
 
 
 def site_faults(offered: Any, server_args: Any) -> List[str]:
-    """The release's refused DFLASH-only sites whose condition holds, and its unexamined ones."""
-    from ..engine.dflash_sites import CONDITIONS, REFUSED, dflash_sites, verdict
+    """The release's refused DFLASH-only sites whose condition holds: one line per condition,
+    naming each of its sites and what to change (:data:`~..engine.dflash_sites.REMEDIES`)."""
+    from ..engine.dflash_sites import CONDITIONS, REMEDIES
+
+    holding: dict = {}
+    sites: dict = {}
+    for site, judged in refused_sites():
+        if judged.need not in holding:
+            holding[judged.need] = condition_holds(judged.need, offered, server_args)
+        if holding[judged.need]:
+            sites.setdefault((judged.need, judged.why), []).append(f"{site.where} ({site.function}: {site.code!r})")
+    return [f"not served{'' if need == 'always' else ' when ' + CONDITIONS[need]}: SGLang decides for DFLASH alone there ({why}) at "
+            f"{', '.join(where)}; {REMEDIES.get(need, 'start SGLang without it')}"
+            for (need, why), where in sites.items()]
+
+
+def overlap_refused(offered: Any) -> bool:
+    """Whether the installed release refuses this algorithm under its overlap scheduler for its
+    draft model alone (0.5.14's overlap ``FutureMap`` decides for DFLASH alone): it then runs
+    only with ``--disable-overlap-schedule``."""
+    return offered.spec.draft_model is not None and any(j.need == "overlap" for _, j in refused_sites())
+
+
+def refused_sites() -> List[Tuple[Any, Any]]:
+    """``(site, verdict)`` of the installed release's DFLASH-only sites whose verdict is *refused*."""
+    from ..engine.dflash_sites import REFUSED, dflash_sites, verdict
     from ..engine.probe import source_file
 
     scheduler = source_file("sglang.srt.managers.scheduler")
     if scheduler is None:
         return []
-    found: List[str] = []
-    holding = {}
-    for site in dflash_sites(scheduler.parents[1]):
-        judged = verdict(site)
-        if judged.kind != REFUSED:
-            continue
-        if judged.need not in holding:
-            holding[judged.need] = condition_holds(judged.need, offered, server_args)
-        if holding[judged.need]:
-            found.append(f"SGLang decides for DFLASH alone at {site.where} ({site.function}: {site.code!r}), "
-                         f"{judged.why}; not served with {CONDITIONS[judged.need]}")
-    return found
+    judged = ((site, verdict(site)) for site in dflash_sites(scheduler.parents[1]))
+    return [(site, v) for site, v in judged if v.kind == REFUSED]
 
 
 def condition_holds(name: str, offered: Any, args: Any) -> bool:

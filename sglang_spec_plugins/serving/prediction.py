@@ -65,7 +65,8 @@ def predict(
 
     from ..engine.facts import DRAFT, TARGET, draft_backend
     from ..engine.request_kinds import summary as kinds_summary
-    from ..engine.worker_contract import contract, overlap_mode
+    from ..engine.worker_contract import OVERLAP_FLAG, contract, overlap_mode
+    from .draft_model_check import overlap_refused
     from ..patches.attention_support import KNOWN_BACKENDS, support_at_widths
     from ..patches.support import Serving
     from .startup_check import dp_attention_faults, fallback_phrase, faults, verifying_workers
@@ -85,6 +86,9 @@ def predict(
         offered = plugin_set.algorithms[name]
         origin = plugin_set.error(offered.plugin, f"algorithm {name}")
         overlapped, why = overlap_mode(offered.spec.supports_overlap, disable_overlap, release)
+        if overlapped and overlap_refused(offered):
+            overlapped, why = False, (f"refused: SGLang {found.version}'s overlap scheduler decides for DFLASH alone "
+                                      f"(see the problems); {OVERLAP_FLAG} runs it synchronously")
         modes[name] = {"overlap": overlapped, "why": why}
         lines.append(f"{name} runs {why}")
         for ndt in ndts or [None]:

@@ -129,15 +129,17 @@ def start_section(name, offered, ndts) -> Dict[str, Any]:
     """What SGLang does at start-up with the operator command the README gives."""
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
-    from ..engine.worker_contract import contract, overlap_flag_needed
+    from ..engine.worker_contract import OVERLAP_FLAG, contract, overlap_flag_needed
+    from ..serving.draft_model_check import overlap_refused
 
     algo = SpeculativeAlgorithm.from_string(name)
-    flag = overlap_flag_needed(offered.spec.supports_overlap, contract())
+    flag = overlap_flag_needed(offered.spec.supports_overlap, contract())  # SGLang's create_worker refuses without it
+    command_flag = OVERLAP_FLAG if flag or overlap_refused(offered) else None  # or the start-up check does
     problems: List[str] = []
     validate = offered.spec.validate_server_args
     for ndt in ndts:
         args = real_server_args(speculative_algorithm=name, speculative_num_draft_tokens=ndt,
-                                disable_overlap_schedule=flag is not None)
+                                disable_overlap_schedule=command_flag is not None)
         if validate is not None:
             try:
                 validate(args)
@@ -157,14 +159,14 @@ def start_section(name, offered, ndts) -> Dict[str, Any]:
                         f"{offered.spec.supports_overlap} with overlap scheduling on, but sglang-spec-plugins "
                         f"predicts {flag or 'no flag'}: report this to sglang-spec-plugins ({refused or ''})")
     command = real_server_args(speculative_algorithm=name, speculative_num_draft_tokens=ndts[0],
-                               disable_overlap_schedule=flag is not None)
+                               disable_overlap_schedule=command_flag is not None)
     worker = None
     try:
         worker = algo.create_worker(command)
     except Exception as exc:
-        problems.append(f"with the operator command's flags ({flag or 'none'}) SGLang's create_worker raised "
+        problems.append(f"with the operator command's flags ({command_flag or 'none'}) SGLang's create_worker raised "
                         f"{type(exc).__name__}: {exc}")
-    return {"problems": problems, "flag": flag, "worker": worker}
+    return {"problems": problems, "flag": command_flag, "worker": worker}
 
 
 def worker_section(name, worker) -> Dict[str, Any]:

@@ -1,7 +1,7 @@
 """Start SGLang's real ``Scheduler`` on a CPU with a plugin algorithm's worker.
 
 ``python -m sglang_spec_plugins.testing.scheduler_start ALGORITHM [--worker
-module:Class] [--ndt N] [--draft DIR]`` loads the plugins through SGLang's own ``load_plugins()``,
+module:Class] [--ndt N] [--draft DIR] [--overlap off]`` loads the plugins through SGLang's own ``load_plugins()``,
 publishes the server arguments where SGLang's ``run_scheduler_process`` does,
 and runs the installed release's whole ``Scheduler.__init__``: the real
 ``TpModelWorker`` (a two-layer random Llama made here, ``load_format=dummy``,
@@ -51,13 +51,16 @@ CUDA nor a CPU-engine build, ``sgl_kernel.kvcacheio`` by the host memory pool
 up to 0.5.12. Stand-ins only where the package is not installed."""
 
 
-def start(algorithm: str, worker: Optional[str] = None, ndt: int = 4, draft: Optional[str] = None) -> Dict[str, Any]:
+def start(algorithm: str, worker: Optional[str] = None, ndt: int = 4, draft: Optional[str] = None,
+          overlap: bool = True) -> Dict[str, Any]:
     """Run ``Scheduler.__init__`` in this process (see the module doc; ``draft``:
-    the ``--speculative-draft-model-path`` folder)."""
+    the ``--speculative-draft-model-path`` folder; ``overlap`` False: with
+    ``--disable-overlap-schedule``, else overlap as the algorithm declares)."""
     cell_sizes: List[int] = []
     try:  # the spy goes on once the loader has patched the configurator
         scheduler = make_scheduler(algorithm, worker, ndt, draft=draft, before_init=lambda _: _record_cell_sizes(cell_sizes),
-                                   **({"attention_backend": "triton"} if draft else {}))  # a draft runner's: on a CPU
+                                   **({"attention_backend": "triton"} if draft else {}),  # a draft runner's: on a CPU
+                                   **({} if overlap else {"disable_overlap_schedule": True}))
     except Exception as exc:
         return {"started": False, "error": f"{type(exc).__name__}: {exc}", "frames": _sglang_frames(exc)}
     spec = scheduler.draft_worker
@@ -226,7 +229,8 @@ def _sglang_frames(exc: BaseException) -> List[str]:
 def main(argv: List[str]) -> int:
     algorithm = argv[0]
     options = dict(zip(argv[1::2], argv[2::2]))
-    result = start(algorithm, options.get("--worker"), int(options.get("--ndt", 4)), options.get("--draft"))
+    result = start(algorithm, options.get("--worker"), int(options.get("--ndt", 4)), options.get("--draft"),
+                   overlap=options.get("--overlap", "on") != "off")
     print(json.dumps(result), flush=True)
     sys.stdout.flush()
     os._exit(0)  # the scheduler's threads and sockets would keep the process alive
