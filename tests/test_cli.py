@@ -443,7 +443,8 @@ def test_check_reports_widths_by_batch_and_their_backends(cli, tmp_path):
         assert verdicts[backend]["reason"].startswith("at widths 4, 8, 16: ") and verdicts[backend]["verdict"] != "refused"
     if "triton" not in served:
         assert verdicts["triton"] == {"verdict": "refused", "reason": "at width 4: lays TARGET_VERIFY out at "
-                                      "speculative_num_draft_tokens (refused at start-up)"}, verdicts["triton"]
+                                      "speculative_num_draft_tokens (refused at start-up)", "runs_on": "triton"}, \
+            verdicts["triton"]
     assert verdicts["aiter_mla"]["verdict"] == "refused" and verdicts["aiter_mla"]["reason"].startswith("at width 4: ")
     text = cli("check", cfg, "-n", "16", "--single-process")[1]
     assert "target 16, max 16, target widths by batch size {1 = 16, 8 = 8, 64 = 4}" in text and "draft widths" not in text
