@@ -107,6 +107,17 @@ class Containment:
             logger.warning("%s", self.policy.fault(
                 f"its code took {self._spent:.1f} s in one decode step (more than {SLOW_STEP_S:g} s); the step waited"))
 
+    def refusal(self, own: Callable[[Any], Any], base: Callable[[Any], Optional[str]], req: Any) -> Optional[str]:
+        """The drafter's own ``refusal(req)`` (``own``), guarded: where the drafter is off, or its
+        answer faults or is neither a str nor None, ``base(req)`` (what the release cannot serve)."""
+        if self.off:
+            return base(req)
+        why = self.call("refusal(req)", own, req, req=req)
+        if why is FAULT or not (why is None or isinstance(why, str)):
+            if why is not FAULT:
+                self.fault("refusal(req)", f"returned a {type(why).__name__}, not a str or None", req)
+            return base(req)
+        return why
 
     def _text(self, exc: BaseException) -> str:
         """An exception's message, escaped; one this drafter's own framework calls raised

@@ -173,14 +173,8 @@ def draft_block_worker_base() -> type:
             return self._decode(batch, on_publish)
 
         def _refusal(self, req) -> Optional[str]:
-            if self.contained.off or type(self).refusal is DraftBlockSpecWorker.refusal:
-                return DraftBlockSpecWorker.refusal(self, req)
-            why = self.contained.call("refusal(req)", self.refusal, req, req=req)
-            if why is FAULT or not (why is None or isinstance(why, str)):
-                if why is not FAULT:
-                    self.contained.fault("refusal(req)", f"returned a {type(why).__name__}, not a str or None", req)
-                return DraftBlockSpecWorker.refusal(self, req)
-            return why
+            base = functools.partial(DraftBlockSpecWorker.refusal, self)
+            return base(req) if type(self).refusal is DraftBlockSpecWorker.refusal else self.contained.refusal(self.refusal, base, req)
 
         def _prefill(self, batch, on_publish):
             self.contained.begin()

@@ -158,14 +158,8 @@ def chain_worker_base() -> type:
             return self._verify(batch, on_publish)
 
         def _refusal(self, req) -> Optional[str]:
-            if self.contained.off or type(self).refusal is ChainSpecWorker.refusal:
-                return ChainSpecWorker.refusal(self, req)
-            why = self.contained.call("refusal(req)", self.refusal, req, req=req)
-            if why is FAULT or not (why is None or isinstance(why, str)):
-                if why is not FAULT:
-                    self.contained.fault("refusal(req)", f"returned a {type(why).__name__}, not a str or None", req)
-                return ChainSpecWorker.refusal(self, req)
-            return why
+            base = functools.partial(ChainSpecWorker.refusal, self)
+            return base(req) if type(self).refusal is ChainSpecWorker.refusal else self.contained.refusal(self.refusal, base, req)
 
         def _prefill(self, batch, on_publish):
             self.contained.begin()
