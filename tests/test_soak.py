@@ -29,31 +29,47 @@ def _outcome(tokens, finish="length", message=None, **extra):
 
 
 def test_the_verdict_names_what_went_wrong_and_lists_divergences():
-    requests = mixed_requests(40, seed=1, vocab=256, prompt_lengths=(4, 16), output_lengths=(2, 8), refused=0.2, aborted=0.2)
+    requests = mixed_requests(40, seed=1, vocab=256, prompt_lengths=(4, 16), output_lengths=(2, 8), beyond_greedy=0.2,
+                              aborted=0.2)
     by_kind = {kind: [r for r in requests if r.kind == kind] for kind in (GREEDY, SAMPLED, LOGPROB, ABORT)}
     assert all(by_kind.values())
-    outcomes = {r.rid: _outcome([7] * r.max_new_tokens) for r in by_kind[GREEDY]}
-    outcomes.update({r.rid: _outcome([7], "abort", f"X {REFUSAL}") for r in by_kind[SAMPLED] + by_kind[LOGPROB]})
+    outcomes = {r.rid: _outcome([7] * r.max_new_tokens) for r in by_kind[GREEDY] + by_kind[SAMPLED] + by_kind[LOGPROB]}
     outcomes.update({r.rid: _outcome([7] * r.abort_after, "abort") for r in by_kind[ABORT]})
-    plain = {r.rid: [7] * r.max_new_tokens for r in by_kind[GREEDY]}
-    clean = verdict(requests, outcomes, REFUSAL, plain)
-    assert clean["problems"] == [] and clean["identical"] == clean["compared"] == len(by_kind[GREEDY])
-    assert clean["aborted"] == len(by_kind[ABORT]) and clean["refused_with_message"] == len(by_kind[SAMPLED] + by_kind[LOGPROB])
+    plain = {r.rid: [7] * r.max_new_tokens for r in by_kind[GREEDY] + by_kind[LOGPROB]}
+    clean = verdict(requests, outcomes, plain)
+    assert clean["problems"] == [] and clean["identical"] == clean["compared"] == len(by_kind[GREEDY] + by_kind[LOGPROB])
+    assert clean["finished"] == len(by_kind[GREEDY]) and clean["served_beyond_greedy"] == len(by_kind[SAMPLED] + by_kind[LOGPROB])
+    assert clean["aborted"] == len(by_kind[ABORT]) and clean["refused"] == 0
 
     first, second = by_kind[GREEDY][:2]
     bad = dict(outcomes)
     del bad[first.rid]
     bad[second.rid] = _outcome([7] * (second.max_new_tokens - 1))
-    bad[by_kind[SAMPLED][0].rid] = _outcome([7] * 3)
-    bad[by_kind[LOGPROB][0].rid] = _outcome([7], "abort", "another message")
+    bad[by_kind[SAMPLED][0].rid] = _outcome([7], "abort", f"X {REFUSAL}")  # refused: the bases serve it
+    bad[by_kind[LOGPROB][0].rid] = _outcome([7] * (by_kind[LOGPROB][0].max_new_tokens + 1))
     bad[by_kind[ABORT][0].rid] = {"output_ids": [], "finish": None, "error": "connection reset"}
-    found = verdict(requests, bad, REFUSAL, plain)
+    found = verdict(requests, bad, plain)
     assert {p.split(":")[0] for p in found["problems"]} == {
-        f"{first.rid} ({GREEDY})", second.rid, f"{by_kind[SAMPLED][0].rid} ({SAMPLED})",
+        f"{first.rid} ({GREEDY})", f"{second.rid} ({GREEDY})", f"{by_kind[SAMPLED][0].rid} ({SAMPLED})",
         f"{by_kind[LOGPROB][0].rid} ({LOGPROB})", f"{by_kind[ABORT][0].rid} (abort after {by_kind[ABORT][0].abort_after})"}
 
     third = by_kind[GREEDY][2]
     plain[third.rid] = [7, 8] + [7] * (third.max_new_tokens - 2)
-    assert verdict(requests, outcomes, REFUSAL, plain)["divergent"] == [{"rid": third.rid, "at": 1, "token": 7, "plain_token": 8}]
+    assert verdict(requests, outcomes, plain)["divergent"] == [{"rid": third.rid, "at": 1, "token": 7, "plain_token": 8}]
     disconnected = {**outcomes, by_kind[ABORT][0].rid: {"output_ids": [7], "finish": None, "disconnected": True}}
-    assert verdict(requests, disconnected, REFUSAL)["aborted"] == len(by_kind[ABORT])
+    assert verdict(requests, disconnected)["aborted"] == len(by_kind[ABORT])
+
+
+def test_a_greedy_only_drafter_must_refuse_sampled_and_logprob_requests_with_its_message():
+    requests = mixed_requests(40, seed=1, vocab=256, prompt_lengths=(4, 16), output_lengths=(2, 8), beyond_greedy=0.2,
+                              aborted=0.2)
+    beyond = [r for r in requests if r.kind in (SAMPLED, LOGPROB)]
+    outcomes = {r.rid: _outcome([7] * r.max_new_tokens) for r in requests if r.kind == GREEDY}
+    outcomes.update({r.rid: _outcome([7] * r.abort_after, "abort") for r in requests if r.kind == ABORT})
+    outcomes.update({r.rid: _outcome([7], "abort", f"X {REFUSAL}") for r in beyond})
+    clean = verdict(requests, outcomes, refusal=REFUSAL)
+    assert clean["problems"] == [] and clean["refused"] == clean["refused_with_message"] == len(beyond)
+    outcomes[beyond[0].rid] = _outcome([7] * beyond[0].max_new_tokens)
+    outcomes[beyond[1].rid] = _outcome([7], "abort", "another message")
+    assert [p.split(": ", 1)[1] for p in verdict(requests, outcomes, refusal=REFUSAL)["problems"]] == [
+        "served ({'type': 'length'}), not refused", "refused without the plugin's message: 'another message'"]

@@ -7,8 +7,8 @@ installed release's real ``Scheduler`` as :mod:`.scheduler_serve` does (the
 tiny random Llama, float32, triton attention interpreted, radix cache off, a
 KV pool of ``T`` tokens: small, so that SGLang retracts requests), then
 serves :func:`.soak.mixed_requests` through the ZMQ socket the tokenizer
-manager binds, at most ``C`` in flight: greedy requests, refused kinds
-(sampling, ``return_logprob``) and streamed requests the client aborts with
+manager binds, at most ``C`` in flight: greedy requests, sampled and
+``return_logprob`` ones, and streamed requests the client aborts with
 SGLang's own ``AbortReq`` after a few outputs. The release's own
 ``event_loop_normal`` runs in a thread, with its own idle-time pool checks.
 
@@ -33,9 +33,10 @@ from .scheduler_start import make_scheduler
 from .soak import SAMPLED, mixed_requests
 
 TIMEOUT_S = 900
-CPU_SET = dict(vocab=256, prompt_lengths=(4, 48), output_lengths=(8, 40), refused=0.15, aborted=0.15, max_abort_after=3)
+CPU_SET = dict(vocab=256, prompt_lengths=(4, 48), output_lengths=(8, 40), beyond_greedy=0.15, aborted=0.15,
+              max_abort_after=3)
 """The request set the tiny Llama takes (vocabulary 256, 512 positions), short enough for a CPU, with more
-refusals and aborts than the GPU soak's 5% each so that a few dozen requests hold several of each."""
+sampled, logprob and aborted requests than the GPU soak's 5% each so that a few dozen requests hold several of each."""
 
 
 def soak(algorithm: Optional[str], ndt: int = 4, requests: int = 32, seed: int = 0, concurrency: int = 8,

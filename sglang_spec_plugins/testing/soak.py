@@ -3,8 +3,9 @@
 :func:`mixed_requests` makes the request set, the same from the same seed:
 prompts of our own (a random phrase said over and over, whose continuation
 prompt lookup finds, or random tokens) of mixed prompt and output lengths;
-about 5% that a greedy-only drafter refuses per request (sampling at
-temperature 0.8, or ``return_logprob``); about 5% that the client aborts
+about 5% beyond greedy (sampling at temperature 0.8, or greedy with
+``return_logprob``), which the worker bases serve and a greedy-only drafter
+refuses per request; about 5% that the client aborts
 mid-stream, after a few streamed outputs; the rest greedy, with EOS ignored,
 so each must finish with exactly ``max_new_tokens`` tokens.
 
@@ -27,7 +28,7 @@ STRICT_POOL_CHECKS = {"SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE": "1", "SGLANG
 """The environment that makes SGLang's own pool checks strict (0.5.16+; earlier releases read none of
 them): at idle (a leaked KV or request slot), after every step (the pool's accounting) and of its KV pages
 (none both owned and free, none freed twice). An error there stops the scheduler."""
-REFUSED_KINDS = (SAMPLED, LOGPROB)
+BEYOND_GREEDY = (SAMPLED, LOGPROB)
 
 Outcome = Dict[str, Any]
 """What a driver records for one request: ``output_ids`` (list), ``finish``
@@ -68,7 +69,7 @@ class SoakRequest:
 
 
 def mixed_requests(count: int, seed: int = 0, vocab: int = 32000, prompt_lengths: Tuple[int, int] = (8, 1024),
-                   output_lengths: Tuple[int, int] = (1, 256), refused: float = 0.05, aborted: float = 0.05,
+                   output_lengths: Tuple[int, int] = (1, 256), beyond_greedy: float = 0.05, aborted: float = 0.05,
                    max_abort_after: int = 6) -> List[SoakRequest]:
     """``count`` requests (see the module doc). Prompt and output lengths are
     drawn log-uniformly from the inclusive ranges, so short and long ones both
@@ -87,7 +88,8 @@ def mixed_requests(count: int, seed: int = 0, vocab: int = 32000, prompt_lengths
         else:
             tokens = [rng.randrange(5, vocab) for _ in range(size)]
         roll = rng.random()
-        kind = (rng.choice(REFUSED_KINDS) if roll < refused else ABORT if roll < refused + aborted else GREEDY)
+        kind = (rng.choice(BEYOND_GREEDY) if roll < beyond_greedy else ABORT if roll < beyond_greedy + aborted
+                else GREEDY)
         new_tokens = length(*output_lengths)
         if kind == ABORT:
             new_tokens = max(new_tokens, 4 * max_abort_after)  # long enough to be aborted mid-stream
@@ -96,20 +98,22 @@ def mixed_requests(count: int, seed: int = 0, vocab: int = 32000, prompt_lengths
     return requests
 
 
-def verdict(requests: Sequence[SoakRequest], outcomes: Mapping[str, Outcome], refusal: str,
-            plain: Optional[Mapping[str, Sequence[int]]] = None) -> Dict[str, Any]:
-    """What a run shows. ``refusal``: text every refusal must carry (the
-    plugin's message); ``plain``: the plain run's ``output_ids`` by rid, for
-    the greedy requests. ``problems`` lists what must not happen: a request
-    without an outcome, a greedy request that did not finish with exactly its
-    tokens, a request of a refused kind that was served or refused without
-    the plugin's message, an abort that came back as neither aborted nor
-    finished. Divergences from the plain run are listed, not problems: where
-    two kernels compute a logit differently a near-tie may go either way
-    (the driver measures how near)."""
+def verdict(requests: Sequence[SoakRequest], outcomes: Mapping[str, Outcome],
+            plain: Optional[Mapping[str, Sequence[int]]] = None, refusal: Optional[str] = None) -> Dict[str, Any]:
+    """What a run shows. ``plain``: the plain run's ``output_ids`` by rid, for
+    the greedy requests (logprob ones included); ``refusal``: where the drafter
+    serves greedy requests only, the text every refusal of a sampled or logprob
+    request must carry (None: they must be served). ``problems`` lists what must
+    not happen: a request without an outcome, a greedy, or served sampled or
+    logprob, request that did not finish with exactly its tokens, one that
+    should be refused served or refused without the message, an abort that
+    came back as neither aborted nor finished. Divergences from the plain run
+    are listed, not problems: where two kernels compute a logit differently a
+    near-tie may go either way (the driver measures how near)."""
     problems: List[str] = []
-    counts = {"requests": len(requests), "greedy": 0, "finished": 0, "refused": 0, "refused_with_message": 0,
-              "aborted": 0, "finished_before_abort": 0, "tokens": 0, "retractions": 0, "retracted_requests": 0}
+    counts = {"requests": len(requests), "greedy": 0, "finished": 0, "served_beyond_greedy": 0, "refused": 0,
+              "refused_with_message": 0, "aborted": 0, "finished_before_abort": 0, "tokens": 0, "retractions": 0,
+              "retracted_requests": 0}
     divergent: List[Dict[str, Any]] = []
     identical = compared = 0
     for request in requests:
@@ -123,25 +127,15 @@ def verdict(requests: Sequence[SoakRequest], outcomes: Mapping[str, Outcome], re
         retractions = int(outcome.get("retractions") or 0)
         counts["retractions"] += retractions
         counts["retracted_requests"] += retractions > 0
-        if request.kind == GREEDY:
-            counts["greedy"] += 1
-            counts["tokens"] += len(tokens)
-            if outcome.get("error") or finish_type != "length" or len(tokens) != request.max_new_tokens:
-                problems.append(f"{request.rid}: greedy request ended with {finish or outcome.get('error')!r} after "
-                                f"{len(tokens)} of {request.max_new_tokens} tokens")
-                continue
-            counts["finished"] += 1
-            if plain is not None and request.rid in plain:
-                compared += 1
-                reference = list(plain[request.rid])
-                if tokens == reference:
-                    identical += 1
-                else:
-                    at = next((i for i, (a, b) in enumerate(zip(tokens, reference)) if a != b),
-                              min(len(tokens), len(reference)))
-                    divergent.append({"rid": request.rid, "at": at, "token": tokens[at] if at < len(tokens) else None,
-                                      "plain_token": reference[at] if at < len(reference) else None})
-        elif request.kind in REFUSED_KINDS:
+        if request.kind == ABORT:
+            if finish_type == "abort" or outcome.get("disconnected") or (outcome.get("abort_sent") and outcome.get("error")):
+                counts["aborted"] += 1
+            elif finish_type == "length" and len(tokens) == request.max_new_tokens:
+                counts["finished_before_abort"] += 1
+            else:
+                problems.append(f"{request.rid} (abort after {request.abort_after}): ended with "
+                                f"{finish or outcome.get('error')!r} after {len(tokens)} tokens")
+        elif request.kind in BEYOND_GREEDY and refusal is not None:
             message = outcome.get("error") or (finish.get("message") if isinstance(finish, dict) else None) or ""
             if finish_type == "abort" or outcome.get("error"):
                 counts["refused"] += 1
@@ -152,11 +146,21 @@ def verdict(requests: Sequence[SoakRequest], outcomes: Mapping[str, Outcome], re
             else:
                 problems.append(f"{request.rid} ({request.kind}): served ({finish!r}), not refused")
         else:
-            if finish_type == "abort" or outcome.get("disconnected") or (outcome.get("abort_sent") and outcome.get("error")):
-                counts["aborted"] += 1
-            elif finish_type == "length" and len(tokens) == request.max_new_tokens:
-                counts["finished_before_abort"] += 1
-            else:
-                problems.append(f"{request.rid} (abort after {request.abort_after}): ended with "
-                                f"{finish or outcome.get('error')!r} after {len(tokens)} tokens")
+            counts["greedy" if request.kind == GREEDY else "served_beyond_greedy"] += 1
+            counts["tokens"] += len(tokens)
+            if outcome.get("error") or finish_type != "length" or len(tokens) != request.max_new_tokens:
+                problems.append(f"{request.rid} ({request.kind}): ended with {finish or outcome.get('error')!r} after "
+                                f"{len(tokens)} of {request.max_new_tokens} tokens")
+                continue
+            counts["finished"] += request.kind == GREEDY
+            if request.kind != SAMPLED and plain is not None and request.rid in plain:
+                compared += 1
+                reference = list(plain[request.rid])
+                if tokens == reference:
+                    identical += 1
+                else:
+                    at = next((i for i, (a, b) in enumerate(zip(tokens, reference)) if a != b),
+                              min(len(tokens), len(reference)))
+                    divergent.append({"rid": request.rid, "at": at, "token": tokens[at] if at < len(tokens) else None,
+                                      "plain_token": reference[at] if at < len(reference) else None})
     return {**counts, "compared": compared, "identical": identical, "divergent": divergent, "problems": problems}

@@ -11,8 +11,8 @@ drafter, PROMPT_LOOKUP (model-free) or DFLASH_BLOCK (the example drafter with it
 model from ``--draft``, verifying the full block).
 
 The request set is ``sglang_spec_plugins.testing.soak.mixed_requests`` (prompts of our own: 8 to 1,024
-tokens, 1 to 256 new tokens, EOS ignored; ~5% that the drafter refuses per request: temperature 0.8 or
-``return_logprob``; ~5% streamed and aborted by the client after 1 to 6 outputs). The coordinator starts
+tokens, 1 to 256 new tokens, EOS ignored; ~5% sampled at temperature 0.8 or greedy with
+``return_logprob``, which the worker bases serve; ~5% streamed and aborted by the client after 1 to 6 outputs). The coordinator starts
 three processes at once (flashinfer's JIT builds under a file lock, so they share one compilation):
 
 * ``engine plain``: ``sglang.Engine`` without speculative decoding; serves the greedy requests; then, once
@@ -57,7 +57,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from sglang_spec_plugins.engine.request_kinds import refusal_head
 
 HERE = Path(__file__).resolve().parent
 ENGINE_DIR = HERE / "engine"
@@ -197,7 +196,7 @@ async def measure_margins(engine, args, plain: dict) -> dict:
             found[phase] = {"skipped": "no outcomes before the budget ran out"}
             continue
         await asyncio.sleep(1)  # written whole: the writer renames a complete file into place
-        divergent = verdict(batch, read_outcomes(path), refusal_head(args.algorithm), {rid: o["output_ids"] for rid, o in plain.items()})["divergent"]
+        divergent = verdict(batch, read_outcomes(path), {rid: o["output_ids"] for rid, o in plain.items()})["divergent"]
         rows = []
         for d in divergent[:MAX_MARGINS]:
             prompt = list(by_rid[d["rid"]].input_ids) + plain[d["rid"]]["output_ids"][:d["at"]]
@@ -378,7 +377,7 @@ def coordinate(args) -> int:
             planned = [r for r in (batch[:args.http_requests] if phase == "http" else batch)
                        if phase != "plain" or r.kind == "greedy"]
             served = [r for r in planned if r.rid in sent]
-            found = verdict(served, sent, refusal_head(args.algorithm), plain if phase != "plain" else None)
+            found = verdict(served, sent, plain if phase != "plain" else None)
             entry["verdict"] = found
             entry["tokens_per_s"] = round(found["tokens"] / record["wall_s"], 1) if record.get("wall_s") else None
         problems = list(entry.get("verdict", {}).get("problems", ["no outcomes"]))
