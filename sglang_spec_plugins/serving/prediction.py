@@ -66,9 +66,9 @@ def predict(
     from ..engine.facts import DRAFT, TARGET, draft_backend
     from ..engine.request_kinds import summary as kinds_summary
     from ..engine.worker_contract import OVERLAP_FLAG, contract, overlap_mode
-    from .draft_model_check import overlap_refused
     from ..patches.attention_support import KNOWN_BACKENDS, support_at_widths
     from ..patches.support import Serving
+    from .draft_model_check import overlap_refused
     from .startup_check import dp_attention_faults, fallback_phrase, faults, verifying_workers
 
     backends: Dict[str, Dict[str, Dict[str, Dict[str, str]]]] = {}
