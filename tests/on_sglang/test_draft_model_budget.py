@@ -56,11 +56,9 @@ def test_the_draft_pool_is_counted_in_the_targets_kv_budget_as_for_native_dflash
 def test_a_release_whose_overlap_scheduler_decides_for_dflash_alone_refuses_the_block_drafter_overlapped(tmp_path):
     """0.5.14's overlap ``FutureMap`` branches on DFLASH (refused sites with the ``overlap`` condition): the
     start-up check refuses DFLASH_BLOCK with overlap on, naming each site and the flag that serves it."""
-    from sglang_spec_plugins.engine.dflash_sites import REFUSED, dflash_sites, verdict
-    from sglang_spec_plugins.engine.probe import source_file
+    from sglang_spec_plugins.serving.draft_model_check import refused_sites
 
-    sites = [s for s in dflash_sites(source_file("sglang.srt.managers.scheduler").parents[1])
-             if verdict(s).kind == REFUSED and verdict(s).need == "overlap"]
+    sites = [site for site, judged in refused_sites() if judged.need == "overlap"]
     if not sites:
         pytest.skip(f"SGLang {contract().release} has no overlap-only DFLASH site; "
                     "test_request_kinds_serve.py serves DFLASH_BLOCK overlapped")

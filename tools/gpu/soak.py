@@ -407,7 +407,8 @@ def print_summary(summary: dict) -> None:
         print(f"{phase:>5}: rc {e['rc']}, sent {e.get('sent')} of {e.get('planned')}, {v.get('finished')} of {v.get('greedy')} "
               f"greedy finished, {v.get('tokens')} tokens in {e.get('wall_s')} s ({e.get('tokens_per_s')} tokens/s), "
               f"retractions {v.get('retractions')} ({v.get('retracted_requests')} requests), aborted {v.get('aborted')} "
-              f"(+{v.get('finished_before_abort')} finished first), refused {v.get('refused')} "
+              f"(+{v.get('finished_before_abort')} finished first), sampled or logprob served "
+              f"{v.get('served_beyond_greedy')}, refused {v.get('refused')} "
               f"({v.get('refused_with_message')} with the plugin's message), identical to plain {v.get('identical')} "
               f"of {v.get('compared')}; loader INFO lines {e['log']}; end {e.get('end_state')}")
         for problem in e["problems"][:20]:
