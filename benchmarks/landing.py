@@ -44,6 +44,7 @@ CURRENT: Dict[str, Any] = {
     "dflash_w4": "benchmarks/results/e2e_speculative_h200_together.jsonl",
     "prompt_lookup": ("tools/gpu/results/engine", "2026-12-01"),  # its records carry no date: its README's
     "startup": "benchmarks/results/startup.json",
+    "startup_host": "benchmarks/results/startup_gpu_host.json",  # the same benchmark on the GPU host (--host)
     # the target and DFlash draft trained on the device from the Python standard library (issue 46)
     "real": ("tools/gpu/results/real", {"rlo": "greedy", "rso": "sampled (temperature 0.7, top-p 0.9)"}),
 }
@@ -53,7 +54,6 @@ NOT_YET: Dict[str, List[str]] = {
     "dflash": ["8B shape, overlap on"],
     "against_plain": ["8B shape, overlap on"],
     "by_acceptance": ["overlap on; a trained target"],
-    "startup": ["the GPU host (`tools/gpu/engine/run.sh setup startup`)"],
 }
 """Rows of each block that no committed run fills yet."""
 
@@ -257,8 +257,7 @@ def dflash() -> str:
                         f"{_history(path)}; {_overlap(records, names)}.")
     note = (f"¹ Verifying 4 of the 16 drafted tokens; run only in {_link(CURRENT['dflash_w4'])} ({_run_of(earlier)}, "
             f"{_history(CURRENT['dflash_w4'])}), before DFLASH_BLOCK's mid-step host wait was removed. Dummy weights accept no "
-            "draft token: this times the machinery, not a speed-up. Outputs and verify steps equal native DFLASH's "
-            "token for token ([draft](../tools/gpu/results/draft/README.md)).")
+            "draft: this times the machinery. Outputs and verify steps equal native DFLASH's ([draft](../tools/gpu/results/draft/README.md)).")
     return "\n".join(captions + ["", *_rows(head, rows + _not_yet("dflash", len(head))), "", note])
 
 
@@ -290,10 +289,9 @@ def _prompt_lookup() -> List[str]:
     off = sorted({rec.get("spec") or "plain" for rec in timed if rec["engine_kwargs"].get("disable_overlap_schedule")})
     device = _path(folder).joinpath("setup.log").read_text().splitlines()[0].split(": ", 1)[1].split(" (")[0]
     return [f"- PROMPT_LOOKUP (the example, width 2 and 4) and SGLang's NGRAM at ndt 4 on a 44 M-parameter random-weight "
-            f"Llama ({_link(folder + '/README.md', 'tools/gpu/results/engine')}): bf16, CUDA graphs, each engine alone on "
-            f"the GPU, one timed batch per cell, repetitive and random prompts (the range); {device}, SGLang "
-            f"{timed[0]['sglang']}, {date}; overlap scheduler on: {', '.join(on)}; off: {', '.join(off)}. This tiny "
-            "model's step costs little GPU time, so the drafter's host work weighs more.", "",
+            f"Llama ({_link(folder + '/README.md', 'tools/gpu/results/engine')}): bf16, CUDA graphs, each engine alone, "
+            f"one timed batch per cell, repetitive and random prompts (the range); {device}, SGLang "
+            f"{timed[0]['sglang']}, {date}; overlap scheduler on: {', '.join(on)}; off: {', '.join(off)}.", "",
             *_rows(head, rows)]
 
 
@@ -314,12 +312,12 @@ def against_plain() -> str:
              for c in rec["cells"]]
     lines = _prompt_lookup() + [
         "",
-        f"- The acceptance controller (CONTROLLED_ACCEPTANCE at ndt {ndt}: it drafts the target's own greedy "
+        f"- The acceptance controller (CONTROLLED_ACCEPTANCE at ndt {ndt}: the target's own greedy "
         f"continuation, each token kept with the cell's acceptance) and plain decoding without overlap (`plain_sync`) "
         f"against plain decoding; Llama-3-8B shape, dummy weights, flashinfer, CUDA graphs, {_rounds(records)} "
         f"({_link(CURRENT['acceptance'][ndt][0])} and the other asleep files); {_run_of(records)}, "
-        f"{_history(CURRENT['acceptance'][16][0])}; {_overlap(records, names)}. Not NGRAM: on the dummy target's repeating output it "
-        f"commits {_span(ngram, '{:.1f}')} of {ndt} tokens a step, whatever the acceptance.",
+        f"{_history(CURRENT['acceptance'][16][0])}; {_overlap(records, names)}. No NGRAM: it commits "
+        f"{_span(ngram, '{:.1f}')} of {ndt} tokens a step on the dummy target's repeating output.",
         "",
         *_rows(head, rows + _not_yet("against_plain", len(head))),
     ]
@@ -360,10 +358,8 @@ def by_acceptance() -> str:
     grid = _json(CURRENT["verify_step"])
     reports = grid["report"].values()
     lines = [
-        f"- The acceptance controller beside static widths 2-16 and widths by batch size written without knowing "
-        f"acceptance, ndt 8 and 16 ({_link(CURRENT['acceptance'][8][0])} and the other asleep files; {_run_of(records)}, "
-        f"{_history(CURRENT['acceptance'][16][0])}); {_overlap(records, names)}. Ratios are against the best static width up to that "
-        "ndt (the column: ndt 16's). "
+        f"- The acceptance controller beside static widths 2-16 and widths by batch size, ndt 8 and 16 ({_link(CURRENT['acceptance'][8][0])} and the other asleep files; {_run_of(records)}, "
+        f"{_history(CURRENT['acceptance'][16][0])}); {_overlap(records, names)}. Ratios: against the best static width up to that ndt. "
         f"Issue 23's bar: ≥ {e2e.BAR['vs_best_static']}x the best static, ≥ {e2e.BAR['vs_ndt_where_not_best']}x static "
         f"ndt where ndt is not the best, ≥ {e2e.BAR['vs_plain']}x plain; `*`: no static width reaches that part either.",
         "",
@@ -387,26 +383,29 @@ def startup() -> str:
     summary, machine = result["summary"], result["machine"]
     head = ["process", "SGLang's `load_plugins()` alone", "with this package", f"added by this package (budget {BUDGET_MS} ms)",
             "of which the entry point's call", "patches installed: in the call / at later imports"]
+    host = _json(CURRENT["startup_host"])
     rows = []
-    for process in ("launcher", "scheduler", "all_targets"):
-        s = summary[process]
-        name = process + (f" ({s['backend']})" if s.get("backend") else "")
-        rows.append([name, f"{s['sglang_load_plugins_ms']:.1f} ms", f"{s['load_plugins_with_ours_ms']:.1f} ms",
-                     f"**{s['added_by_ours_ms']:.1f} ms**", f"{s['our_entry_point_call_ms']:.1f} ms",
-                     f"{s['patches_installed_inside_load']} / {s['patches_installed_later']}"])
+    for where, of in (("", summary), (", GPU host", host["summary"])):
+        for process in ("launcher", "scheduler", "all_targets"):
+            s = of[process]
+            name = process + where + (f" ({s['backend']})" if s.get("backend") else "")
+            rows.append([name, f"{s['sglang_load_plugins_ms']:.1f} ms", f"{s['load_plugins_with_ours_ms']:.1f} ms",
+                         f"**{s['added_by_ours_ms']:.1f} ms**", f"{s['our_entry_point_call_ms']:.1f} ms",
+                         f"{s['patches_installed_inside_load']} / {s['patches_installed_later']}"])
     kinds = ("warm", "cold", "off")
     check = [["median (range)"] + [f"{summary[f'check_cache_{kind}']['check_ms']:.1f} ms "
                                    f"({_span(summary[f'check_cache_{kind}']['check_ms_range'], '{:.0f}')})" for kind in kinds]]
     load = machine["load_average_1m_at_children"]
     return "\n".join([
-        f"- {result['plugins_installed']} plugins installed, fresh processes on the CPU harness (SGLang {machine['sglang']}), "
-        f"this package alternating with SGLang alone, medians of {result['repeat']}; {machine['cores']}-core "
+        f"- {result['plugins_installed']} plugins, fresh processes, CPU harness (SGLang {machine['sglang']}), "
+        f"alternating with SGLang alone, medians of {result['repeat']}; {machine['cores']}-core "
         f"{machine['cpu']}, Python {machine['python']}, 1-minute load {_span(load)}; {result['date'][:10]} "
-        f"({_link(CURRENT['startup'])}, {_history(CURRENT['startup'])}). A launcher imports no patch target; a scheduler starts "
-        "as SGLang 0.5.23 starts one; `all_targets` imports every patched module first (the bound). No serving loop runs "
-        "(overlap does not apply).",
+        f"({_link(CURRENT['startup'])}, {_history(CURRENT['startup'])}). `all_targets` imports every patched module first (the "
+        "bound); no serving loop runs. Rows \"GPU host\": `--host` on the GPU machine's own "
+        f"SGLang {host['machine']['sglang']} and kernels, medians of {host['repeat']}, {host['machine']['cores']} cores, load "
+        f"{_span(host['machine']['load_average_1m_at_children'])}, {host['date'][:10]} ({_link(CURRENT['startup_host'])}).",
         "",
-        *_rows(head, rows + _not_yet("startup", len(head))),
+        *_rows(head, rows),
         "",
         *_rows(["start-up check (issue 25's budgets: 100 ms warm, 300 ms cold)"] + [f"cache {kind}" for kind in kinds], check),
     ])
@@ -431,7 +430,7 @@ def glance() -> str:
                   and e2e.overlap_schedule(r)]
     overlapped = (f"{', '.join(plugins_on)} ran with the overlap scheduler on" if plugins_on else
                   "every plugin engine of this run ran without the overlap scheduler")
-    start = _json(CURRENT["startup"])["summary"]
+    start, host = _json(CURRENT["startup"])["summary"], _json(CURRENT["startup_host"])["summary"]
     top = max(gains)
     return "\n".join([
         f"- **[A smaller verify width](#what-a-smaller-verify-width-is-worth)**: at batch {top} a layer step verifying 2 tokens "
@@ -451,7 +450,8 @@ def glance() -> str:
         f"{sum(row['verdict'] == 'met' for row in ndt8)} and {sum(row['verdict'] == 'met' for row in ndt16)} of "
         f"{len(ndt8)} cells (ndt 8, 16).",
         f"- **[Start-up](#start-up-startuppy)**: the loader adds {start['launcher']['added_by_ours_ms']:.1f} ms to a "
-        f"launcher and {start['scheduler']['added_by_ours_ms']:.1f} ms to a scheduler with 10 plugins (budget {BUDGET_MS} "
+        f"launcher and {start['scheduler']['added_by_ours_ms']:.1f} ms to a scheduler with 10 plugins (GPU host: "
+        f"{host['launcher']['added_by_ours_ms']:.1f}, {host['scheduler']['added_by_ours_ms']:.1f}; budget {BUDGET_MS} "
         f"ms); the start-up check {start['check_cache_warm']['check_ms']:.0f} ms warm, "
         f"{start['check_cache_cold']['check_ms']:.0f} ms cold.",
     ])

@@ -56,3 +56,95 @@ def test_the_readme_table_is_the_summaries():
                    f"| {verdict['aborted']} | {verdict['retractions']} ({verdict['retracted_requests']}) | {verdict['tokens']:,} "
                    f"| {entry['wall_s']} s ({entry['tokens_per_s']:.0f} tok/s) |")
             assert row in readme, (name, phase, row)
+
+
+# ---- 2026-12-06: the bases serve every request kind, under SGLang's overlap scheduler; a drafter that faults
+BEYOND_GREEDY_SOAKS = ("mix", "faults")
+"""``mix``: PROMPT_LOOKUP; ``faults``: FAULTY_LOOKUP (``tools/gpu/faulty_drafter``, PROMPT_LOOKUP faulting in ~1%
+of its decode steps). Both: 30% sampled, 10% logprob, 10% JSON-schema and 5% aborted requests, overlap on."""
+
+
+@pytest.fixture(scope="module", params=BEYOND_GREEDY_SOAKS)
+def soak_run(request):
+    """``(name, summary, outcomes by phase, the request set)`` of a committed soak, read from its tarball."""
+    import tarfile
+
+    from sglang_spec_plugins.testing.soak import mixed_requests
+
+    name = request.param
+    with tarfile.open(RESULTS / f"{name}.tar.xz") as tar:
+        def read(member):
+            return tar.extractfile(f"{name}/{member}").read().decode()
+
+        parameters = json.loads(read("requests.json"))
+        outcomes = {phase: {row.pop("rid"): row for row in map(json.loads, read(f"{phase}.jsonl").splitlines())}
+                    for phase in ("plain", "spec", "http")}
+    requests = mixed_requests(parameters["requests"], parameters["seed"], mix=parameters["mix"])
+    return name, json.loads((RESULTS / f"{name}_summary.json").read_text()), outcomes, requests, parameters
+
+
+def test_every_request_kind_was_served_and_nothing_was_lost(soak_run):
+    from sglang_spec_plugins.testing.soak import BEYOND_GREEDY, JSON, LOGPROB, SAMPLED
+
+    name, found, _, requests, parameters = soak_run
+    assert parameters["sync"] is False and parameters["algorithm"] == {"mix": "PROMPT_LOOKUP", "faults": "FAULTY_LOOKUP"}[name]
+    kinds = [r.kind for r in requests]
+    assert kinds.count(SAMPLED) >= 0.3 * len(kinds) * 0.9 and kinds.count(LOGPROB) >= 0.1 * len(kinds) * 0.9
+    assert kinds.count(JSON) >= 0.1 * len(kinds) * 0.9  # the issue's shares, within the draw's spread
+    for phase in ("spec", "http"):
+        entry, verdict = found["phases"][phase], found["phases"][phase]["verdict"]
+        assert entry["problems"] == [] and entry["rc"] == 0 and entry["sent"] == entry["planned"] == len(requests), phase
+        assert verdict["refused"] == 0 and verdict["finished"] == verdict["greedy"], phase
+        assert verdict["served_beyond_greedy"] == sum(k in BEYOND_GREEDY for k in kinds), phase
+        assert entry["end_state"]["flush_cache"] and entry["end_state"]["alive"], phase
+        assert all(load["num_used_tokens"] == load["num_running_reqs"] == 0 for load in entry["end_state"]["loads"])
+        assert entry["log"]["scheduler_exceptions"] == 0 and entry["log"]["start_up_check"] == 1, phase
+
+
+def test_the_summaries_are_the_verdict_of_the_committed_outcomes(soak_run):
+    from sglang_spec_plugins.testing.soak import DETERMINISTIC, verdict
+
+    _, found, outcomes, requests, _ = soak_run
+    plain = {rid: o["output_ids"] for rid, o in outcomes["plain"].items()}
+    assert set(plain) == {r.rid for r in requests if r.kind in DETERMINISTIC}
+    for phase in ("spec", "http"):
+        assert verdict(requests, outcomes[phase], plain) == found["phases"][phase]["verdict"], phase
+
+
+def test_each_divergence_is_a_near_tie_of_the_plain_engine(soak_run):
+    """bf16 logits of the tiny random Llama: the speculative token at most 0.25 behind the plain engine's most
+    likely (one bf16 step at these log-probabilities, -0.6 to -1.9); the plain engine's own token at most 0.5
+    behind, where its decode step and its prefill of the same prefix disagree (logprob requests)."""
+    _, found, _, _, _ = soak_run
+    for phase in ("spec", "http"):
+        divergent = {d["rid"] for d in found["phases"][phase]["verdict"]["divergent"]}
+        rows = {r["rid"]: r for r in found["margins"][phase]["measured"]}
+        assert divergent <= set(rows) and len(divergent) <= 0.02 * found["phases"][phase]["verdict"]["compared"]
+        for rid in divergent:
+            behind = rows[rid]["behind"]
+            assert behind["speculative"] is not None and behind["speculative"] <= 0.25 + 1e-6, rows[rid]
+            assert behind["plain"] is not None and behind["plain"] <= 0.5 + 1e-6, rows[rid]
+
+
+def test_the_faulting_drafter_faulted_and_every_fault_was_contained(soak_run):
+    name, found, _, _, _ = soak_run
+    for phase in ("spec", "http"):
+        log = found["phases"][phase]["log"]
+        if name == "mix":
+            assert log["faulted_steps"] == {}, phase
+        else:
+            assert log["faulted_steps"].get("drafts", 0) > 0 and log["faulted_steps"].get("step_width", 0) > 0, phase
+        assert log["switched_off"] == 0, phase
+
+
+def test_the_readme_table_is_the_beyond_greedy_summaries():
+    readme = (RESULTS / "README.md").read_text()
+    for name in BEYOND_GREEDY_SOAKS:
+        found = json.loads((RESULTS / f"{name}_summary.json").read_text())
+        for phase in ("spec", "http"):
+            entry, verdict = found["phases"][phase], found["phases"][phase]["verdict"]
+            faulted = sum(entry["log"]["faulted_steps"].values())
+            row = (f"| {verdict['greedy']:,} / {verdict['finished']:,} | {verdict['served_beyond_greedy']:,} "
+                   f"| {verdict['identical']:,} / {verdict['compared']:,} | {verdict['json_valid']} + {verdict['json_unclosed']} "
+                   f"| {verdict['aborted']} | {faulted} | {verdict['tokens']:,} |")
+            assert row in readme, (name, phase, row)

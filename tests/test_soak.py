@@ -1,8 +1,11 @@
 """testing.soak: the mixed request set and the verdict the soak drivers share (no SGLang)."""
 
+import json
 from collections import Counter
 
-from sglang_spec_plugins.testing.soak import ABORT, GREEDY, LOGPROB, SAMPLED, mixed_requests, verdict
+import pytest
+
+from sglang_spec_plugins.testing.soak import ABORT, GREEDY, JSON, JSON_SCHEMA, LOGPROB, SAMPLED, mixed_requests, verdict
 
 REFUSAL = "serves greedy requests only"
 
@@ -22,6 +25,46 @@ def test_the_set_is_mixed_and_the_same_from_the_same_seed():
     assert not any(b.startswith(a) for a, b in zip(rids, rids[1:]))
     assert [r.sampling_params()["temperature"] for r in requests if r.kind == SAMPLED] == [0.8] * kinds[SAMPLED]
     assert all(r.return_logprob == (r.kind == LOGPROB) and r.stream == (r.kind == ABORT) for r in requests)
+    assert kinds[JSON] == 0
+
+
+def test_a_mix_sets_each_kind_s_share_and_a_json_request_carries_the_schema():
+    mix = {SAMPLED: 0.3, LOGPROB: 0.1, JSON: 0.1, ABORT: 0.05}
+    requests = mixed_requests(2000, seed=3, mix=mix)
+    kinds = Counter(r.kind for r in requests)
+    for kind, share in mix.items():  # binomial: 4.5 standard deviations at 2,000 requests hold with p < 1e-5
+        assert abs(kinds[kind] - 2000 * share) <= 4.5 * (2000 * share * (1 - share)) ** 0.5, (kind, kinds)
+    json_requests = [r for r in requests if r.kind == JSON]
+    assert all(json.loads(r.sampling_params()["json_schema"]) == JSON_SCHEMA and r.sampling_params()["temperature"] == 0
+               and r.max_new_tokens >= 64 and not r.return_logprob for r in json_requests)
+    with pytest.raises(ValueError, match="add up to at most 1"):
+        mixed_requests(10, mix={SAMPLED: 0.7, JSON: 0.4})
+    with pytest.raises(ValueError, match="shares in"):
+        mixed_requests(10, mix={"beam": 0.1})
+
+
+def test_a_json_request_must_close_an_object_of_the_schema_or_run_to_its_length():
+    requests = [r for r in mixed_requests(200, seed=2, vocab=256, output_lengths=(2, 8), mix={JSON: 0.5})
+                if r.kind == JSON][:4]
+    good = '{"id": 3, "ok": true}'
+    outcomes = {requests[0].rid: _outcome([7] * 9, "stop", text=good),
+                requests[1].rid: _outcome([7] * requests[1].max_new_tokens, "length", text='{"id": 3'),
+                requests[2].rid: _outcome([7] * 9, "stop", text='{"id": "3", "ok": true}'),
+                requests[3].rid: _outcome([7] * 9, "stop")}
+    found = verdict(requests, outcomes)
+    assert found["json_valid"] == 1 and found["json_unclosed"] == 1 and found["served_beyond_greedy"] == 4
+    assert [p.split(": ", 1)[1] for p in found["problems"]] == [
+        f"its object '{{\"id\": \"3\", \"ok\": true}}' is not one of the schema {json.dumps(JSON_SCHEMA)}",
+        "no text came back to check against the schema"]
+    plain = {r.rid: [7] * len(outcomes[r.rid]["output_ids"]) for r in requests}
+    plain[requests[0].rid] = [8] * 9
+    assert [d["rid"] for d in verdict(requests, outcomes, plain)["divergent"]] == [requests[0].rid]
+    # plain decoding under SGLang's overlap scheduler decodes one token past a closed object's stop token
+    plain[requests[0].rid] = [7] * 9 + [5]
+    found = verdict(requests, outcomes, plain)
+    assert found["divergent"] == [] and found["plain_past_the_stop"] == 1 and found["identical"] == 2
+    plain[requests[0].rid] = [7] * 9 + [5, 5]  # more than that one token is a divergence
+    assert [d["rid"] for d in verdict(requests, outcomes, plain)["divergent"]] == [requests[0].rid]
 
 
 def _outcome(tokens, finish="length", message=None, **extra):
@@ -29,8 +72,8 @@ def _outcome(tokens, finish="length", message=None, **extra):
 
 
 def test_the_verdict_names_what_went_wrong_and_lists_divergences():
-    requests = mixed_requests(40, seed=1, vocab=256, prompt_lengths=(4, 16), output_lengths=(2, 8), beyond_greedy=0.2,
-                              aborted=0.2)
+    requests = mixed_requests(40, seed=1, vocab=256, prompt_lengths=(4, 16), output_lengths=(2, 8), mix={SAMPLED: 0.1,
+                              LOGPROB: 0.1, ABORT: 0.2})
     by_kind = {kind: [r for r in requests if r.kind == kind] for kind in (GREEDY, SAMPLED, LOGPROB, ABORT)}
     assert all(by_kind.values())
     outcomes = {r.rid: _outcome([7] * r.max_new_tokens) for r in by_kind[GREEDY] + by_kind[SAMPLED] + by_kind[LOGPROB]}
@@ -61,8 +104,8 @@ def test_the_verdict_names_what_went_wrong_and_lists_divergences():
 
 
 def test_a_greedy_only_drafter_must_refuse_sampled_and_logprob_requests_with_its_message():
-    requests = mixed_requests(40, seed=1, vocab=256, prompt_lengths=(4, 16), output_lengths=(2, 8), beyond_greedy=0.2,
-                              aborted=0.2)
+    requests = mixed_requests(40, seed=1, vocab=256, prompt_lengths=(4, 16), output_lengths=(2, 8), mix={SAMPLED: 0.1,
+                              LOGPROB: 0.1, ABORT: 0.2})
     beyond = [r for r in requests if r.kind in (SAMPLED, LOGPROB)]
     outcomes = {r.rid: _outcome([7] * r.max_new_tokens) for r in requests if r.kind == GREEDY}
     outcomes.update({r.rid: _outcome([7] * r.abort_after, "abort") for r in requests if r.kind == ABORT})

@@ -30,11 +30,11 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from .scheduler_serve import _request, bind, run_event_loop
 from .scheduler_start import make_scheduler
-from .soak import SAMPLED, mixed_requests
+from .soak import ABORT, LOGPROB, SAMPLED, mixed_requests
 
 TIMEOUT_S = 900
-CPU_SET = dict(vocab=256, prompt_lengths=(4, 48), output_lengths=(8, 40), beyond_greedy=0.15, aborted=0.15,
-              max_abort_after=3)
+CPU_SET = dict(vocab=256, prompt_lengths=(4, 48), output_lengths=(8, 40),
+               mix={SAMPLED: 0.075, LOGPROB: 0.075, ABORT: 0.15}, max_abort_after=3)
 """The request set the tiny Llama takes (vocabulary 256, 512 positions), short enough for a CPU, with more
 sampled, logprob and aborted requests than the GPU soak's 5% each so that a few dozen requests hold several of each."""
 

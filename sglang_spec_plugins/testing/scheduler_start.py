@@ -143,20 +143,28 @@ def make_scheduler(algorithm: Optional[str], worker: Optional[str] = None, ndt: 
             shutil.rmtree(written, ignore_errors=True)
 
 
-def write_byte_tokenizer(folder: Path) -> None:
-    """A byte-level tokenizer of the tiny Llama's 256 tokens into ``folder`` (``tokenizer.json``
-    and its config, as transformers loads them): token ``b`` is byte ``b``; token 1
-    is BOS and token 2 EOS, as the model's config says. Made with ``tokenizers``."""
+def write_byte_tokenizer(folder: Path, config: Optional[Dict[str, Any]] = None) -> None:
+    """A byte-level tokenizer of a Llama's vocabulary into ``folder``
+    (``tokenizer.json`` and its config, as transformers loads them), for the
+    model ``config`` (default :data:`TINY_LLAMA`, 256 tokens): token ``b`` below
+    256 is byte ``b``, each token above is three letters of its own; BOS and EOS
+    are the config's. Made with ``tokenizers``."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
+    config = TINY_LLAMA if config is None else config
     shown = _byte_characters()
-    made = Tokenizer(models.BPE(vocab={shown[b]: b for b in range(256)}, merges=[]))
+    letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    vocab = {shown[b]: b for b in range(256)}
+    for token in range(256, config["vocab_size"]):
+        n = token - 256
+        vocab[letters[n // 52 ** 2 % 52] + letters[n // 52 % 52] + letters[n % 52]] = token
+    made = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     made.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     made.decoder = decoders.ByteLevel()
     made.save(str(Path(folder) / "tokenizer.json"))
     (Path(folder) / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": shown[TINY_LLAMA["bos_token_id"]],
-        "eos_token": shown[TINY_LLAMA["eos_token_id"]], "model_max_length": TINY_LLAMA["max_position_embeddings"]}))
+        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": shown[config["bos_token_id"]],
+        "eos_token": shown[config["eos_token_id"]], "model_max_length": config["max_position_embeddings"]}))
 
 
 def _byte_characters() -> Dict[int, str]:

@@ -18,6 +18,9 @@ distribution, the hook and (where it concerns one) the request; past
 from __future__ import annotations
 
 import json
+import os
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -96,6 +99,23 @@ def test_a_drafter_that_keeps_faulting_is_switched_off_and_the_rest_is_served_pl
     assert errors == ["ERROR " + PLUGIN + "switched off for this process after 3 faulted steps (max_faulted_steps = 2); "
                       "its requests are served without drafts, exactly"], served["log"]
     assert sum(line.startswith("WARNING") for line in served["log"]) == 3  # steps 1-3; step 4 never asked it
+
+
+def test_the_gpu_soak_s_randomly_faulting_drafter_is_contained_too(plain, tmp_path):
+    """tools/gpu/faulty_drafter's worker (the H200 soak's FAULTY_LOOKUP, ~1% of its steps there) at a rate high
+    enough that a few dozen steps fault several times, of several kinds."""
+    config = tmp_path / "plugins.toml"
+    config.write_text('[plugins]\nenable = ["prompt_lookup"]\n[algorithms.PROMPT_LOOKUP]\nfault_rate = 0.3\n'
+                      'max_faulted_steps = 1000\n')
+    faulty = Path(__file__).resolve().parents[2] / "tools" / "gpu" / "faulty_drafter"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(faulty), *sys.path]))
+    served = serve_in_a_process("PROMPT_LOOKUP", config, ndt=4, max_new_tokens=NEW_TOKENS, overlap=OVERLAP,
+                                worker="faulty_lookup_drafter.worker:FaultyLookupWorker", env=env)
+    assert _outputs(served) == _outputs(plain)
+    faulted = [line for line in served["log"] if "the step went on without it, every request exact" in line]
+    hooks = {hook for hook in ("drafts(req, tokens, count)", "step_width(batch)") if any(hook in line for line in faulted)}
+    assert len(faulted) >= 3 and len(hooks) == 2, served["log"]
+    assert not any(line.startswith("ERROR") for line in served["log"]), served["log"]
 
 
 def test_max_faulted_steps_must_be_a_count(tmp_path):

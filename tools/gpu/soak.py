@@ -54,15 +54,20 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from sglang_spec_plugins.testing.soak import DETERMINISTIC, JSON
 
 
 HERE = Path(__file__).resolve().parent
 ENGINE_DIR = HERE / "engine"
-DRAFTERS = {"PROMPT_LOOKUP": ENGINE_DIR / "plugins_widths.toml", "DFLASH_BLOCK": ENGINE_DIR / "plugins_draft.toml"}
+DRAFTERS = {"PROMPT_LOOKUP": ENGINE_DIR / "plugins_widths.toml", "DFLASH_BLOCK": ENGINE_DIR / "plugins_draft.toml",
+            "FAULTY_LOOKUP": ENGINE_DIR / "plugins_faulty.toml"}
 """The drafters a soak serves (``--algorithm``) and the plugins.toml each runs with: PROMPT_LOOKUP with
-widths by batch size, DFLASH_BLOCK (a draft model, ``--draft``) at the full block."""
+widths by batch size, DFLASH_BLOCK (a draft model, ``--draft``) at the full block, FAULTY_LOOKUP
+(``tools/gpu/faulty_drafter``: PROMPT_LOOKUP whose hooks fault in about 1% of its decode steps)."""
 NDT = 4
 PHASES = ("plain", "spec", "http")
 MAX_MARGINS = 60
@@ -77,10 +82,10 @@ def engine_kwargs(args, spec: bool) -> dict:
 
     from sglang.srt.server_args import ServerArgs
 
-    kwargs = dict(model_path=os.environ.get("ENGINE_MODEL", "/tmp/tiny-llama"), skip_tokenizer_init=True,
-                  attention_backend="flashinfer", mem_fraction_static=0.2, max_total_tokens=args.max_total_tokens,
+    kwargs = dict(model_path=model_path(), skip_tokenizer_init=JSON not in args.mix,
+                  attention_backend="flashinfer", mem_fraction_static=args.mem_fraction, max_total_tokens=args.max_total_tokens,
                   max_running_requests=args.concurrency, chunked_prefill_size=2048, disable_radix_cache=True,
-                  random_seed=0, log_level="info", disable_overlap_schedule=True, disable_prefill_cuda_graph=True)
+                  random_seed=0, log_level="info", disable_overlap_schedule=args.sync, disable_prefill_cuda_graph=True)
     if not args.cuda_graph:
         kwargs["disable_cuda_graph"] = True
     if spec:
@@ -103,15 +108,36 @@ def server_flags(kwargs: dict) -> list:
     return flags
 
 
+def model_path() -> str:
+    return os.environ.get("ENGINE_MODEL", "/tmp/tiny-llama")
+
+
 def requests_of(args):
     from sglang_spec_plugins.testing.soak import mixed_requests
 
-    return mixed_requests(args.requests, args.seed)
+    return mixed_requests(args.requests, args.seed, mix=args.mix)
+
+
+def write_tokenizer(folder: Path) -> None:
+    """A byte-level tokenizer of the target's vocabulary (``testing.scheduler_start.write_byte_tokenizer``):
+    SGLang compiles a JSON schema against the tokenizer's vocabulary."""
+    from sglang_spec_plugins.testing.scheduler_start import write_byte_tokenizer
+
+    write_byte_tokenizer(folder, json.loads((folder / "config.json").read_text()))
+
+
+def parse_mix(text: str) -> dict:
+    """``--mix sampled=0.3,logprob=0.1,json=0.1,abort=0.05``: each kind's share (``testing.soak``)."""
+    mix = {}
+    for item in filter(None, text.split(",")):
+        kind, _, share = item.partition("=")
+        mix[kind.strip()] = float(share)
+    return mix
 
 
 def outcome_of(out: dict, **extra) -> dict:
     meta = out.get("meta_info", {})
-    return {"output_ids": list(out.get("output_ids") or []), "finish": meta.get("finish_reason"),
+    return {"output_ids": list(out.get("output_ids") or []), "text": out.get("text"), "finish": meta.get("finish_reason"),
             "retractions": meta.get("num_retractions", 0), "verify_steps": meta.get("spec_verify_ct", 0), **extra}
 
 
@@ -160,7 +186,7 @@ async def end_state_engine(engine) -> dict:
 def run_engine(args, phase: str) -> None:
     import sglang
 
-    batch = [r for r in requests_of(args) if phase == "spec" or r.kind == "greedy"]
+    batch = [r for r in requests_of(args) if phase == "spec" or r.kind in DETERMINISTIC]
     record = {"phase": phase, "sglang": sglang.__version__, "ok": False}
     started = time.time()
     engine = sglang.Engine(**engine_kwargs(args, spec=phase == "spec"))
@@ -323,17 +349,24 @@ def read_outcomes(path: Path) -> dict:
 
 
 def loader_lines(log: Path) -> dict:
-    """The loader's INFO lines in a phase's log: its one line per process, and the start-up check's."""
+    """The loader's lines in a phase's log: its INFO line per process, the start-up check's, the faulted
+    steps the worker base logged (by hook) and whether it switched the drafter off."""
     text = log.read_text(errors="replace") if log.exists() else ""
+    faulted = re.findall(r"algorithm \w+: (\w+)\(.*; the step went on without it, every request exact", text)
     return {"loader": len(re.findall(r"sglang-spec-plugins \S+: plugins ", text)),
             "start_up_check": len(re.findall(r"sglang-spec-plugins: start-up check passed", text)),
-            "errors": re.findall(r"sglang_spec_plugins\.errors\.\w+: (.*)", text)[:5]}
+            "errors": re.findall(r"sglang_spec_plugins\.errors\.\w+: (.*)", text)[:5],
+            "faulted_steps": dict(sorted(Counter(faulted).items())),
+            "switched_off": len(re.findall(r"switched off for this process after", text)),
+            "scheduler_exceptions": len(re.findall(r"Scheduler hit an exception", text))}
 
 
 def coordinate(args) -> int:
-    from sglang_spec_plugins.testing.soak import STRICT_POOL_CHECKS, verdict
+    from sglang_spec_plugins.testing.soak import STRICT_POOL_CHECKS
 
     args.out.mkdir(parents=True, exist_ok=True)
+    if JSON in args.mix and not (Path(model_path()) / "tokenizer.json").exists():
+        write_tokenizer(Path(model_path()))
     logs = Path(os.environ.get("SOAK_LOGS", "/tmp/engine-logs"))
     logs.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
@@ -343,7 +376,8 @@ def coordinate(args) -> int:
     common = ["--out", str(args.out), "--requests", str(args.requests), "--http-requests", str(args.http_requests),
               "--seed", str(args.seed), "--max-total-tokens", str(args.max_total_tokens), "--concurrency",
               str(args.concurrency), "--stop-at", str(stop_at), *(["--cuda-graph"] if args.cuda_graph else []),
-              "--algorithm", args.algorithm, *(["--draft", args.draft] if args.draft else [])]
+              "--algorithm", args.algorithm, *(["--draft", args.draft] if args.draft else []),
+              "--mem-fraction", str(args.mem_fraction), "--mix", ",".join(f"{kind}={share}" for kind, share in args.mix.items()), *(["--sync"] if args.sync else [])]
     env = dict(os.environ, SOAK_LOGS=str(logs), **STRICT_POOL_CHECKS)
     env.pop("SGLANG_SPEC_PLUGINS_CONFIG", None)
     children = {}
@@ -359,23 +393,32 @@ def coordinate(args) -> int:
         except subprocess.TimeoutExpired:
             os.killpg(child.pid, signal.SIGKILL)
             child.wait()
+    return summarize(args, {phase: child.returncode for phase, child in children.items()}, logs, time.time() - t0)
+
+
+def summarize(args, rcs: dict, logs: Path, seconds: float) -> int:
+    """Write ``summary.json`` from the phases' outcomes in ``args.out``, their exit codes ``rcs`` and their logs,
+    and print it; 1 where a phase has a problem. The role ``summarize`` runs it again on a finished soak (the
+    exit codes and the time from its ``summary.json``), after a change to ``testing.soak.verdict``."""
+    from sglang_spec_plugins.testing.soak import verdict
+
     batch = requests_of(args)
     plain_path = args.out / "plain.jsonl"
     plain = {rid: o["output_ids"] for rid, o in read_outcomes(plain_path).items()} if plain_path.exists() else None
     plain_record = json.loads((args.out / "plain.json").read_text()) if (args.out / "plain.json").exists() else {}
-    summary = {"sglang": plain_record.get("sglang"), "seconds": round(time.time() - t0, 1), "phases": {}}
+    summary = {"sglang": plain_record.get("sglang"), "seconds": round(seconds, 1), "phases": {}}
     failed = False
-    for phase, child in children.items():
+    for phase, rc in rcs.items():
         path, record_path = args.out / f"{phase}.jsonl", args.out / f"{phase}.json"
         record = json.loads(record_path.read_text()) if record_path.exists() else {}
-        entry = {"rc": child.returncode, **{k: v for k, v in record.items() if k not in ("margins",)},
+        entry = {"rc": rc, **{k: v for k, v in record.items() if k not in ("margins",)},
                  "log": loader_lines(logs / f"soak_{phase}.log")}
         if phase == "http":
             entry["log"] = loader_lines(logs / "soak_http_server.log")
         if path.exists():
             sent = read_outcomes(path)
             planned = [r for r in (batch[:args.http_requests] if phase == "http" else batch)
-                       if phase != "plain" or r.kind == "greedy"]
+                       if phase != "plain" or r.kind in DETERMINISTIC]
             served = [r for r in planned if r.rid in sent]
             found = verdict(served, sent, plain if phase != "plain" else None)
             entry["verdict"] = found
@@ -387,8 +430,10 @@ def coordinate(args) -> int:
         for load in state.get("loads") or []:
             if not isinstance(load, dict) or load.get("num_running_reqs") or load.get("num_waiting_reqs") or load.get("num_used_tokens"):
                 problems.append(f"not idle at the end: {load}")
-        if not state or not state.get("flush_cache") or not state.get("alive") or child.returncode:
-            problems.append(f"end state {state or 'missing'}, rc {child.returncode}")
+        if not state or not state.get("flush_cache") or not state.get("alive") or rc:
+            problems.append(f"end state {state or 'missing'}, rc {rc}")
+        if entry["log"]["scheduler_exceptions"]:
+            problems.append(f"SGLang's scheduler hit an exception {entry['log']['scheduler_exceptions']} times")
         if entry["log"]["errors"]:
             problems.append(f"the loader refused: {entry['log']['errors']}")
         entry["problems"] = problems
@@ -422,7 +467,7 @@ def print_summary(summary: dict) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("role", choices=("coordinate", "engine", "http"))
+    parser.add_argument("role", choices=("coordinate", "engine", "http", "summarize"))
     parser.add_argument("phase", nargs="?", choices=("plain", "spec"))
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--requests", type=int, default=2000)
@@ -435,11 +480,26 @@ def main() -> int:
     parser.add_argument("--cuda-graph", action="store_true")
     parser.add_argument("--algorithm", choices=DRAFTERS, default="PROMPT_LOOKUP")
     parser.add_argument("--draft", help="the draft model's folder (DFLASH_BLOCK: a DFlash-layout draft with weights)")
+    parser.add_argument("--mix", type=parse_mix, default=None,
+                        help="each kind's share besides greedy, e.g. sampled=0.3,logprob=0.1,json=0.1,abort=0.05 "
+                             "(default testing.soak.DEFAULT_MIX); json requests load a tokenizer (written into the "
+                             "target's folder where it has none)")
+    parser.add_argument("--mem-fraction", type=float, default=0.2,
+                        help="each engine's --mem-fraction-static (three engines share the GPU; 0.12 for two soaks at once)")
+    parser.add_argument("--sync", action="store_true", help="--disable-overlap-schedule (default: SGLang's overlap scheduler)")
     args = parser.parse_args()
+    if args.mix is None:
+        from sglang_spec_plugins.testing.soak import DEFAULT_MIX
+
+        args.mix = dict(DEFAULT_MIX)
     if (args.algorithm == "DFLASH_BLOCK") != bool(args.draft):
         parser.error("--draft goes with --algorithm DFLASH_BLOCK, and only with it")
     if args.role == "coordinate":
         return coordinate(args)
+    if args.role == "summarize":  # --out DIR and the soak's own flags (its requests.json says them)
+        before = json.loads((args.out / "summary.json").read_text())
+        return summarize(args, {phase: e["rc"] for phase, e in before["phases"].items()},
+                         Path(os.environ.get("SOAK_LOGS", "/tmp/engine-logs")), before["seconds"])
     if args.role == "http":
         run_http(args)
     else:

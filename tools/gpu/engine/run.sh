@@ -40,12 +40,16 @@
 # tp      tensor parallelism 2 on GPUs 0 and 1
 # draft_margins  margins (below) of the draft (dm_, da_) and sbd engines' divergences, in one margins.jsonl
 # margins how close each divergence of results/engine/divergences.json was (MARGINS=flashinfer: one backend)
-# startup benchmarks/startup.py --only loader --host: the loader's start-up on this machine (results/startup_h200.json)
-# soak    tools/gpu/soak.py: 2,000 mixed requests (mixed lengths, ~5% refused, ~5% aborted mid-stream, a KV
-#         pool small enough that SGLang retracts) through sglang.Engine with PROMPT_LOOKUP, and through SGLang's
-#         HTTP server, against the plain engine's outputs request by request; the three processes at once on
-#         GPU 0, done within SOAK_BUDGET seconds (default 430); results in $OUT/soak/ (summary.json); SOAK_MODEL:
-#         the target (default the tiny Llama), SOAK_ARGS: soak.py's flags (--algorithm DFLASH_BLOCK --draft DIR)
+# startup benchmarks/startup.py --only loader --host: the loader's start-up on this machine (results/startup_gpu_host.json)
+# warm    two untimed engines on the tiny Llama (plain, sampled; native DFLASH): flashinfer's JIT kernels compile
+#         (~300 s on a fresh machine), so that a later call on this machine (a soak) starts warm
+# soak    tools/gpu/soak.py: 2,000 mixed requests (mixed lengths, sampled, logprob and JSON-schema shares as
+#         --mix says, ~5% aborted mid-stream, a KV pool small enough that SGLang retracts) through sglang.Engine
+#         with PROMPT_LOOKUP, and through SGLang's HTTP server, overlap on (--sync: off), against the plain
+#         engine's outputs request by request; the three processes at once on GPU 0, done within SOAK_BUDGET
+#         seconds (default 430); results in $OUT/$SOAK_NAME/ (summary.json); SOAK_MODEL: the target (default the
+#         tiny Llama), SOAK_ARGS: soak.py's flags (--algorithm DFLASH_BLOCK --draft DIR; --algorithm
+#         FAULTY_LOOKUP: PROMPT_LOOKUP faulting in ~1% of its steps; --mix; --mem-fraction for two soaks at once)
 # triton_widths (0.5.17: triton lays each verify batch out at its verify input's width; 0.5.16 refuses any
 #         width but ndt there, so the phase is skipped on it): float16 (TW_DTYPE=float32 to try it: 0.5.16's
 #         float32 engines failed in sgl-kernel 0.4.5's RMSNorm, which 0.5.17 pins and calls the same way), graphs
@@ -256,14 +260,15 @@ train_run() {
   [ -f $expect ] && args="--expect $expect"
   [ -n "${TRAIN_FORCE:-}" ] && args="$args --force"
   # flashinfer's JIT kernels compiled while the GPU trains, on a machine that has not trained yet: real starts warm
-  if [ "${TRAIN_WARM:-1}" = 1 ] && [ ! -f $REAL_T/train.json ]; then
-    engine 0 warm_plain -- --backend flashinfer --batches 1 --new-tokens 8 --sampling sampled &
-    engine 0 warm_dflash -- --backend flashinfer --batches 1 --new-tokens 8 --spec DFLASH --ndt 4 --draft /tmp/draft-dummy &
-  fi
+  if [ "${TRAIN_WARM:-1}" = 1 ] && [ ! -f $REAL_T/train.json ]; then warm_engines; fi
   (cd /tmp && timeout -k 10 ${TRAIN_TIMEOUT:-420} python3 $H/../train/train.py --preset gpu --target $REAL_T --draft $REAL_D \
      --out "$OUT/train.json" $args > $LOGS/train.log 2>&1)
   tl "train rc=$?"; grep -E '^(TRAIN|against)' $LOGS/train.log
   wait
+}
+warm_engines() {  # in the background: two untimed engines on the tiny Llama compile flashinfer's JIT kernels
+  engine 0 warm_plain -- --backend flashinfer --batches 1 --new-tokens 8 --sampling sampled &
+  engine 0 warm_dflash -- --backend flashinfer --batches 1 --new-tokens 8 --spec DFLASH --ndt 4 --draft /tmp/draft-dummy &
 }
 real_runs() {
   local p=rl plug="--overlap off"
@@ -329,8 +334,8 @@ for phase in "$@"; do
     soak) soak_run ;;
     startup)  # benchmarks/startup.py on this machine's SGLang and kernels, this package from its wheel; FA3 is not
       # in the slim site (site.sh), so the scheduler's backend is flashinfer, the engines' backend here
-      (cd /tmp && timeout 420 python3 $H/../../../benchmarks/startup.py --only loader --host --backend flashinfer_backend \
-         --out "$OUT/startup_h200.json" > $LOGS/startup.log 2>&1); tl "startup rc=$?"; tail -8 $LOGS/startup.log ;;
+      (cd /tmp && timeout 420 python3 $H/../../../benchmarks/startup.py --only loader --host --backend flashinfer_backend --repeat ${STARTUP_REPEAT:-7} \
+         --out "$OUT/startup_gpu_host.json" > $LOGS/startup.log 2>&1); tl "startup rc=$?"; tail -8 $LOGS/startup.log ;;
     drafts_soak)  # nothing here is timed against anything else: they share the GPU
       soak_run & for p in ${DRAFTS:-dm da}; do draft_phase $p & done; wait ;;
     draft_margins)  # the same for the draft-model and SBD engines' divergences (results/draft, results/sbd)
@@ -344,6 +349,7 @@ for phase in "$@"; do
       else (cd /tmp && timeout 300 python3 $H/margins.py $H/../results/triton_0.5.17/divergences.json triton \
               --prefix trw_ --dtype float16 > $LOGS/margins_trw.log 2>&1); tl "margins trw rc=$?"; fi ;;
     train) train_run ;;
+    warm) warm_engines; wait ;;
     real) real_runs ;;
     real_margins)  # the real engines' divergences, on the trained target's plain engine
       (cd /tmp && ENGINE_MODEL=$REAL_T timeout 300 python3 $H/margins.py $H/../results/real/divergences.json flashinfer \
@@ -358,7 +364,9 @@ done
 tl "ALL DONE"
 [ -n "${NO_ARCHIVE:-}" ] && exit 0   # a caller that archives what it needs itself (benchmarks/e2e_speculative.sh)
 tar -C "$(dirname "$LOGS")" -cJf "$OUT/logs.tar.xz" "$(basename "$LOGS")"
-n=${SOAK_NAME:-soak}; [ -d "$OUT/$n" ] && tar -C "$OUT" -cJf "$OUT/$n.tar.xz" $n && rm -rf "$OUT/$n"  # few files come back from a call
+for n in ${SOAK_NAMES:-${SOAK_NAME:-soak}}; do  # few files come back from a call
+  [ -d "$OUT/$n" ] && tar -C "$OUT" -cJf "$OUT/$n.tar.xz" $n && rm -rf "$OUT/$n"
+done
 # JIT caches (flashinfer's kernels, Triton's), to carry into the next call as .e2e/cache/*.tar.xz
 tar -C / -cJf "$OUT/jit_flashinfer.tar.xz" root/.cache/flashinfer 2>/dev/null
 # (and SGLang's own JIT kernels, tvm-ffi's: rope, activation, the KV-cache store)

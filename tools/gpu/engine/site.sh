@@ -51,9 +51,10 @@ fi
 rm -f $E/wheels/*.whl
 # setuptools keeps each project's build/ between builds and packs what it holds: a module since deleted from the
 # source went on travelling in the wheel (examples/prompt_lookup_drafter's chain.py, 2026-12-03): build afresh
-rm -rf build examples/{prompt_lookup,sbd,controlled_acceptance,dflash_block}_drafter/build
+rm -rf build examples/{prompt_lookup,sbd,controlled_acceptance,dflash_block}_drafter/build tools/gpu/faulty_drafter/build
+# tools/gpu/faulty_drafter: the soak's FAULTY_LOOKUP, PROMPT_LOOKUP faulting at random (soak.py --algorithm FAULTY_LOOKUP)
 python3 -m pip wheel -q --no-deps -w $E/wheels . examples/prompt_lookup_drafter examples/sbd_drafter \
-  examples/controlled_acceptance_drafter examples/dflash_block_drafter
+  examples/controlled_acceptance_drafter examples/dflash_block_drafter tools/gpu/faulty_drafter
 # the HTTP server's imports the image lacks, seen on the H200 (2026-12-02) one at a time: sglang's openai entry
 # points import jsonschema and soundfile; fastapi's form routes need python-multipart. The module-level imports
 # of sglang.srt.entrypoints.http_server beyond the Engine's were read off the wheel: jsonschema, soundfile and

@@ -1,0 +1,47 @@
+"""FAULTY_LOOKUP: the example PROMPT_LOOKUP drafter, faulting at random in a share of its decode steps.
+
+The GPU soak serves it to show that a drafter's faults never take the server down nor change a token
+(issue 45). Settings (``[algorithms.FAULTY_LOOKUP]``, ``tools/gpu/engine/plugins_faulty.toml``): those of
+PROMPT_LOOKUP, and ``fault_rate`` (the share of decode steps that fault, default 0.01) and ``fault_seed``
+(the draws are the same from the same seed, per process). A faulting step draws one of :data:`FAULTS`.
+"""
+
+from sglang_spec_plugins import AlgorithmSpec, hookimpl
+
+from prompt_lookup_drafter.plugin import ngram_settings
+
+ALGORITHM = "FAULTY_LOOKUP"
+FAULTS = ("raise", "exit", "too_many", "out_of_vocabulary", "width_zero", "width_negative", "width_float",
+          "undeclared_width")
+"""What a faulting step does: its ``drafts`` raises, calls ``sys.exit``, returns a token too many or ids past
+the vocabulary (for the step's first request); or its ``step_width`` returns 0, -1 or 2.0, or asks
+``StepWidths.at`` for a width the algorithm never declared."""
+
+
+def _worker_factory(server_args):
+    from .worker import FaultyLookupWorker  # imports SGLang: only inside SGLang's processes
+
+    return FaultyLookupWorker
+
+
+def _validate(server_args):
+    from sglang_spec_plugins.worker import require_chain_release
+
+    require_chain_release(ALGORITHM)
+
+
+@hookimpl
+def sgl_spec_algorithms():
+    return [AlgorithmSpec(name=ALGORITHM, worker_factory=_worker_factory, supports_overlap=True,
+                          validate_server_args=_validate, capabilities={"has_draft_kv": False})]
+
+
+@hookimpl
+def sgl_spec_verify_width(algorithm, num_draft_tokens, settings):
+    if algorithm != ALGORITHM:
+        return None
+    ngram_settings(settings)
+    rate = settings.get("fault_rate", 0.01)
+    if not isinstance(rate, float) or not 0.0 <= rate <= 1.0:
+        raise ValueError(f"[algorithms.{ALGORITHM}] fault_rate = {rate!r}: it must be a float in [0, 1]")
+    return settings.get("verify_width", num_draft_tokens)
