@@ -144,7 +144,7 @@ TARGET_VERIFY forward (is_draft_worker=True); the target verifies the block's fi
 SGLang: anything that needs SGLang goes in worker.py, imported by the worker factory.
 """
 
-from sglang_spec_plugins import AlgorithmSpec, DraftModel, hookimpl
+from sglang_spec_plugins import AlgorithmSpec, DraftModel, hookimpl, is_plain_int
 
 ALGORITHM = "{algorithm}"
 """The --speculative-algorithm name; hooks receive it upper case, exactly like this."""
@@ -181,7 +181,11 @@ def sgl_spec_verify_width(algorithm, num_draft_tokens, is_draft_worker, settings
         return None  # another plugin's algorithm
     if is_draft_worker:
         return num_draft_tokens
-    return min(settings.get("verify_width", num_draft_tokens), num_draft_tokens)
+    width = settings.get("verify_width", num_draft_tokens)
+    if not is_plain_int(width) or not 1 <= width <= num_draft_tokens:  # stops the server at load, naming the key
+        raise ValueError(f"[algorithms.{{ALGORITHM}}] verify_width = {{width!r}}: it must be an int from 1 to the block "
+                         f"the draft model drafts (--speculative-num-draft-tokens, {{num_draft_tokens}})")
+    return width
 
 
 @hookimpl
@@ -325,6 +329,8 @@ DRAFT_MODEL_TESTS = '''\
 against sglang-spec-plugins and, where SGLang is installed, against SGLang.
 Your own tests of the hooks go here."""
 
+import pytest
+
 from {module} import plugin
 
 
@@ -332,6 +338,12 @@ def test_the_draft_runner_drafts_the_block_and_the_target_verifies_part_of_it():
     assert plugin.sgl_spec_verify_width(plugin.ALGORITHM, 16, True, {{"verify_width": 4}}) == 16
     assert plugin.sgl_spec_verify_width(plugin.ALGORITHM, 16, False, {{"verify_width": 4}}) == 4
     assert plugin.sgl_spec_verify_width("OTHER", 16, False, {{}}) is None
+
+
+def test_a_verify_width_beyond_the_block_is_refused_naming_the_key():
+    for width in (17, 0, 4.0):
+        with pytest.raises(ValueError, match="verify_width"):
+            plugin.sgl_spec_verify_width(plugin.ALGORITHM, 16, False, {{"verify_width": width}})
 '''
 
 DRAFT_MODEL_README = '''\

@@ -113,6 +113,7 @@ def test_template_and_examples_pass_every_check_with_sglang(with_sglang, tmp_pat
         tmp_path / "my_block")
     out = pytest_in(with_sglang, tmp_path / "my_block", "-k", "not sglang_attention")
     assert "test_the_draft_runner_drafts_the_block_and_the_target_verifies_part_of_it PASSED" in out, out
+    assert "test_a_verify_width_beyond_the_block_is_refused_naming_the_key PASSED" in out, out
     for section in ("registry", "start", "worker", "draft_model"):
         assert f"MY_BLOCK::sglang_{section} PASSED" in out, out
     # the examples' attention at their widths is left out here (CI time): tests/on_sglang covers the backends

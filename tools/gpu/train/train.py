@@ -136,6 +136,32 @@ def optimizer(module, lr: float):
     return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95), eps=1e-8)
 
 
+class Descent:
+    """One optimiser step per ``step(i, loss)`` (gradients clipped to norm 1), and the loss curve: the mean loss
+    over every ``every`` steps (and at the last of ``steps``), with the seconds since the start, printed as
+    ``LABEL step N: loss L (S s)``."""
+
+    def __init__(self, label: str, opt, params, every: int, steps: int, device):
+        import torch
+
+        self.label, self.opt, self.params, self.every, self.steps = label, opt, list(params), every, steps
+        self.curve, self.running, self.started = [], torch.zeros((), device=device), time.time()
+
+    def step(self, i: int, loss) -> None:
+        import torch
+
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.params, 1.0)
+        self.opt.step()
+        self.running += loss.detach()
+        if (i + 1) % self.every == 0 or i + 1 == self.steps:
+            span = (i % self.every) + 1
+            self.curve.append([i + 1, round(self.running.item() / span, 4), round(time.time() - self.started, 1)])
+            self.running.zero_()
+            print(f"{self.label} step {self.curve[-1][0]}: loss {self.curve[-1][1]} ({self.curve[-1][2]} s)", flush=True)
+
+
 def windows(stream, starts, length: int):
     """``stream[s : s + length]`` for each start, as int64 [len(starts), length]."""
     import torch
@@ -209,8 +235,8 @@ class Run:
         init_weights(model, gen)
         model.to(self.device).train()
         opt, schedule = optimizer(model, p["lr"]), Schedule(p["lr"], p["warmup"], p["steps"])
-        curve, running = [], torch.zeros((), device=self.device)
         started = time.time()
+        descent = Descent("target", opt, model.parameters(), p["log_every"], p["steps"], self.device)
         for step in range(p["steps"]):
             for group in opt.param_groups:
                 group["lr"] = schedule(step)
@@ -218,17 +244,7 @@ class Run:
             with self.autocast:
                 hidden, _ = model(x[:, :-1])
                 logits = model.lm_head(hidden)
-            loss = F.cross_entropy(logits.float().flatten(0, 1), x[:, 1:].flatten())
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            running += loss.detach()
-            if (step + 1) % p["log_every"] == 0 or step + 1 == p["steps"]:
-                span = (step % p["log_every"]) + 1
-                curve.append([step + 1, round(running.item() / span, 4), round(time.time() - started, 1)])
-                running.zero_()
-                print(f"target step {curve[-1][0]}: loss {curve[-1][1]} ({curve[-1][2]} s)", flush=True)
+            descent.step(step, F.cross_entropy(logits.float().flatten(0, 1), x[:, 1:].flatten()))
         self.timed("target_train_s", started)
         self.target = model.eval().requires_grad_(False)
         tokens = p["steps"] * p["batch"] * p["seq"]
@@ -236,7 +252,7 @@ class Run:
         seconds = self.timings["target_train_s"]
         return {"config": self.config, "parameters": sum(q.numel() for q in model.parameters()), "steps": p["steps"],
                 "batch": p["batch"], "seq": p["seq"], "lr": p["lr"], "warmup": p["warmup"], "tokens_seen": tokens,
-                "epochs": round(tokens / len(self.train_stream), 2), "loss_curve": curve,
+                "epochs": round(tokens / len(self.train_stream), 2), "loss_curve": descent.curve,
                 "tokens_per_s": round(tokens / seconds), "tflop_per_s": round(6 * matrices * tokens / seconds / 1e12, 1),
                 "held_out": self.held_out_loss()}
 
@@ -304,8 +320,8 @@ class Run:
         opt, schedule = optimizer(draft, p["draft_lr"]), Schedule(p["draft_lr"], p["warmup"], p["draft_steps"])
         weights = torch.exp(-torch.arange(block - 1, dtype=torch.float32) / (DECAY * block)).to(self.device)
         head = self.target.lm_head.weight
-        curve, running = [], torch.zeros((), device=self.device)
         started = time.time()
+        descent = Descent("draft", opt, draft.parameters(), p["log_every"], p["draft_steps"], self.device)
         for step in range(p["draft_steps"]):
             for group in opt.param_groups:
                 group["lr"] = schedule(step)
@@ -324,17 +340,7 @@ class Run:
                 logits = torch.nn.functional.linear(out, head)
             logp = torch.log_softmax(logits.float(), -1).flatten(1, 2)
             per_place = -(wanted * logp).sum(-1).unflatten(1, (p["anchors"], block - 1)).mean((0, 1))
-            loss = (per_place * weights).sum() / weights.sum()
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
-            opt.step()
-            running += loss.detach()
-            if (step + 1) % p["log_every"] == 0 or step + 1 == p["draft_steps"]:
-                span = (step % p["log_every"]) + 1
-                curve.append([step + 1, round(running.item() / span, 4), round(time.time() - started, 1)])
-                running.zero_()
-                print(f"draft step {curve[-1][0]}: loss {curve[-1][1]} ({curve[-1][2]} s)", flush=True)
+            descent.step(step, (per_place * weights).sum() / weights.sum())
         self.timed("draft_train_s", started)
         self.draft = draft.eval().requires_grad_(False)
         return {"config": self.draft.config, "parameters": sum(q.numel() for q in draft.parameters()),
@@ -342,7 +348,7 @@ class Run:
                 "lr": p["draft_lr"], "loss": "cross-entropy against the target's next-token distribution at each "
                                              "block place (teacher-forced on the corpus), places weighted "
                                              f"exp(-(j-1)/{DECAY * block:g})",
-                "loss_curve": curve, "acceptance": self.acceptance()}
+                "loss_curve": descent.curve, "acceptance": self.acceptance()}
 
     def acceptance(self) -> dict:
         """The draft's greedy block against the target's greedy continuation, on held-out windows (module doc)."""

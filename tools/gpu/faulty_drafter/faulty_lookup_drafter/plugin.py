@@ -6,9 +6,11 @@ PROMPT_LOOKUP, and ``fault_rate`` (the share of decode steps that fault, default
 (the draws are the same from the same seed, per process). A faulting step draws one of :data:`FAULTS`.
 """
 
-from sglang_spec_plugins import AlgorithmSpec, hookimpl
+import dataclasses
 
-from prompt_lookup_drafter.plugin import ngram_settings
+from sglang_spec_plugins import hookimpl
+
+from prompt_lookup_drafter import plugin as lookup
 
 ALGORITHM = "FAULTY_LOOKUP"
 FAULTS = ("raise", "exit", "too_many", "out_of_vocabulary", "width_zero", "width_negative", "width_float",
@@ -24,24 +26,18 @@ def _worker_factory(server_args):
     return FaultyLookupWorker
 
 
-def _validate(server_args):
-    from sglang_spec_plugins.worker import require_chain_release
-
-    require_chain_release(ALGORITHM)
-
-
 @hookimpl
 def sgl_spec_algorithms():
-    return [AlgorithmSpec(name=ALGORITHM, worker_factory=_worker_factory, supports_overlap=True,
-                          validate_server_args=_validate, capabilities={"has_draft_kv": False})]
+    """PROMPT_LOOKUP's spec under this name and worker."""
+    return [dataclasses.replace(spec, name=ALGORITHM, worker_factory=_worker_factory)
+            for spec in lookup.sgl_spec_algorithms()]
 
 
 @hookimpl
 def sgl_spec_verify_width(algorithm, num_draft_tokens, settings):
     if algorithm != ALGORITHM:
         return None
-    ngram_settings(settings)
     rate = settings.get("fault_rate", 0.01)
     if not isinstance(rate, float) or not 0.0 <= rate <= 1.0:
         raise ValueError(f"[algorithms.{ALGORITHM}] fault_rate = {rate!r}: it must be a float in [0, 1]")
-    return settings.get("verify_width", num_draft_tokens)
+    return lookup.sgl_spec_verify_width(lookup.ALGORITHM, num_draft_tokens, settings)
