@@ -101,6 +101,7 @@ def test_a_drafter_that_keeps_faulting_is_switched_off_and_the_rest_is_served_pl
     assert sum(line.startswith("WARNING") for line in served["log"]) == 3  # steps 1-3; step 4 never asked it
 
 
+@pytest.mark.slow  # every release's fault classes: test_every_fault_of_a_chain_drafter_is_contained_and_named
 def test_the_gpu_soak_s_randomly_faulting_drafter_is_contained_too(plain, tmp_path):
     """tools/gpu/faulty_drafter's worker (the H200 soak's FAULTY_LOOKUP, ~1% of its steps there) at a rate high
     enough that a few dozen steps fault several times, of several kinds."""
