@@ -3,7 +3,8 @@
 The GPU soak serves it to show that a drafter's faults never take the server down nor change a token
 (issue 45). Settings (``[algorithms.FAULTY_LOOKUP]``, ``tools/gpu/engine/plugins_faulty.toml``): those of
 PROMPT_LOOKUP, and ``fault_rate`` (the share of decode steps that fault, default 0.01) and ``fault_seed``
-(the draws are the same from the same seed, per process). A faulting step draws one of :data:`FAULTS`.
+(the draws are the same from the same seed, per process). A faulting step draws one of
+:data:`.worker.FAULTS`.
 """
 
 import dataclasses
@@ -13,13 +14,6 @@ from sglang_spec_plugins import hookimpl
 from prompt_lookup_drafter import plugin as lookup
 
 ALGORITHM = "FAULTY_LOOKUP"
-FAULTS = ("raise", "exit", "too_many", "out_of_vocabulary", "width_zero", "width_negative", "width_float",
-          "undeclared_width")
-"""What a faulting step does: its ``drafts`` raises, calls ``sys.exit``, returns a token too many or ids past
-the vocabulary (for the step's first request); or its ``step_width`` returns 0, -1 or 2.0, or asks
-``StepWidths.at`` for a width the algorithm never declared."""
-
-
 def _worker_factory(server_args):
     from .worker import FaultyLookupWorker  # imports SGLang: only inside SGLang's processes
 

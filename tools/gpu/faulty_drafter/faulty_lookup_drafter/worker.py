@@ -8,12 +8,16 @@ from typing import List, Optional
 
 from prompt_lookup_drafter.worker import PromptLookupWorker
 
-from .plugin import FAULTS
+FAULTS = ("raise", "exit", "too_many", "out_of_vocabulary", "width_zero", "width_negative", "width_float",
+          "undeclared_width")
+"""What a faulting step does: its ``drafts`` raises, calls ``sys.exit``, returns a token too many or ids past
+the vocabulary (for the step's first request); or its ``step_width`` returns 0, -1 or 2.0, or asks
+``StepWidths.at`` for a width the algorithm never declared."""
 
 
 class FaultyLookupWorker(PromptLookupWorker):
     """Each decode step (one ``step_width`` call) faults with probability ``fault_rate``: one of
-    :data:`~.plugin.FAULTS`, drawn from a generator seeded by ``fault_seed``."""
+    :data:`FAULTS`, drawn from a generator seeded by ``fault_seed``."""
 
     def __init__(self, server_args, target_worker, **release_kwargs):
         super().__init__(server_args, target_worker, **release_kwargs)
