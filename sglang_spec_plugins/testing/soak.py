@@ -38,12 +38,6 @@ DEFAULT_MIX = {SAMPLED: 0.025, LOGPROB: 0.025, ABORT: 0.05}
 JSON_SCHEMA = {"type": "object", "properties": {"id": {"type": "integer"}, "ok": {"type": "boolean"}},
                "required": ["id", "ok"], "additionalProperties": False}
 """The schema of :data:`JSON` requests: small, so that its object closes well within their tokens."""
-PAST_THE_STOP = ("SGLang 0.5.16's overlap scheduler decodes one token more for a request whose grammar has "
-                 "terminated (it launched the next step before it knew): the plain output of a closed JSON request "
-                 "ends with that token after the stop token, which the grammar never allowed")
-"""Why :func:`verdict` compares a closed :data:`JSON` request with the plain output less its last token, where
-that output is the request's own plus one token (counted as ``plain_past_the_stop``). Seen on the H200
-(``tools/gpu/results/soak/README.md``): ``[..., 125, 2]`` (``}``, EOS) against plain ``[..., 125, 2, 16920]``."""
 JSON_NEW_TOKENS = 64
 """At least this many tokens for a :data:`JSON` request (its object closes before, where the model lets it)."""
 
@@ -140,8 +134,13 @@ def verdict(requests: Sequence[SoakRequest], outcomes: Mapping[str, Outcome],
     logprob, request that did not finish with exactly its tokens; a JSON
     request whose object closed (``finish`` ``stop``) but whose ``text`` is
     not one of :data:`JSON_SCHEMA`, or that ended otherwise than closed or at
-    its length (compared with the plain output as :data:`PAST_THE_STOP` says);
-    one that should be refused served or refused without the message; an abort that came back as neither aborted nor finished.
+    its length; one that should be refused served or refused without the
+    message; an abort that came back as neither aborted nor finished. A closed
+    JSON request is compared with the plain output less its last token where
+    that output is the request's own plus one (``plain_past_the_stop``): SGLang
+    0.5.16's plain decoding under its overlap scheduler decodes one token past
+    the grammar's stop token (it launched the next step before it knew; seen on
+    the H200: ``[..., 125, 2]``, ``}`` and EOS, against ``[..., 125, 2, 16920]``).
     Divergences from the plain run are listed, not problems: where two kernels
     compute a logit differently a near-tie may go either way (the driver
     measures how near)."""
@@ -201,7 +200,7 @@ def verdict(requests: Sequence[SoakRequest], outcomes: Mapping[str, Outcome],
                 reference = list(plain[request.rid])
                 if request.kind == JSON and finish_type == "stop" and reference[:len(tokens)] == tokens \
                         and len(reference) == len(tokens) + 1:
-                    reference = reference[:len(tokens)]  # see PAST_THE_STOP
+                    reference = reference[:len(tokens)]  # plain_past_the_stop: see the doc
                     counts["plain_past_the_stop"] += 1
                 if tokens == reference:
                     identical += 1
