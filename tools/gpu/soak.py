@@ -1,27 +1,33 @@
 """Soak: thousands of mixed requests through a real ``sglang.Engine`` and through SGLang's HTTP server
 serving a plugin drafter, on one GPU, against the plain engine's outputs request by request.
 
-usage (on the H200, under run.sh's environment; ``tools/gpu/engine/run.sh setup soak``):
+usage (on the GPU, under run.sh's environment; ``tools/gpu/engine/run.sh setup soak``):
     python3 soak.py coordinate --out DIR [--requests 2000] [--http-requests 2000] [--seed 0] [--budget 430]
-                               [--max-total-tokens 8192] [--concurrency 128] [--cuda-graph]
-                               [--algorithm PROMPT_LOOKUP | --algorithm DFLASH_BLOCK --draft DRAFT_DIR]
+                               [--max-total-tokens 8192] [--concurrency 128] [--cuda-graph] [--sync]
+                               [--mix sampled=0.3,logprob=0.1,json=0.1,abort=0.05] [--mem-fraction 0.2]
+                               [--algorithm PROMPT_LOOKUP | FAULTY_LOOKUP | DFLASH_BLOCK --draft DRAFT_DIR]
+    python3 soak.py summarize --out DIR [the coordinate flags]     (re-read a finished soak; logs: $SOAK_LOGS)
 
 The target is ``$ENGINE_MODEL`` (run.sh: ``$SOAK_MODEL``, default the tiny Llama). ``--algorithm``: the
-drafter, PROMPT_LOOKUP (model-free) or DFLASH_BLOCK (the example drafter with its own DFlash-layout draft
-model from ``--draft``, verifying the full block).
+drafter (``DRAFTERS``): PROMPT_LOOKUP (model-free), FAULTY_LOOKUP (PROMPT_LOOKUP faulting in ~1% of its decode
+steps, ``tools/gpu/faulty_drafter``) or DFLASH_BLOCK (the example drafter with its own DFlash-layout draft
+model from ``--draft``, with weights, verifying the full block).
 
 The request set is ``sglang_spec_plugins.testing.soak.mixed_requests`` (prompts of our own: 8 to 1,024
-tokens, 1 to 256 new tokens, EOS ignored; ~5% sampled at temperature 0.8 or greedy with
-``return_logprob``, which the worker bases serve; ~5% streamed and aborted by the client after 1 to 6 outputs). The coordinator starts
-three processes at once (flashinfer's JIT builds under a file lock, so they share one compilation):
+tokens, 1 to 256 new tokens, EOS ignored; ``--mix``: the share of sampled, logprob, JSON-schema and
+client-aborted requests, default ``testing.soak.DEFAULT_MIX``; JSON ones need a tokenizer, so the coordinator
+writes a byte-level one into the target's folder where it has none). The coordinator starts three processes at
+once (flashinfer's JIT builds under a file lock, so they share one compilation), each with SGLang's overlap
+scheduler unless ``--sync``:
 
-* ``engine plain``: ``sglang.Engine`` without speculative decoding; serves the greedy requests; then, once
-  the other two have written their outcomes, asks itself for the two most likely tokens at every point
-  where a speculative run's greedy output left its own (``margins.margin``: a near-tie or not);
+* ``engine plain``: ``sglang.Engine`` without speculative decoding; serves the greedy, logprob and JSON
+  requests (``testing.soak.DETERMINISTIC``); then, once the other two have written their outcomes, asks itself
+  for the two most likely tokens at every point where a speculative run's output left its own
+  (``margins.margin``: a near-tie or not);
 * ``engine spec``: ``sglang.Engine`` with ``--speculative-algorithm ALGORITHM
-  --speculative-num-draft-tokens 4 --disable-overlap-schedule`` and the drafter's plugins.toml (``DRAFTERS``:
-  PROMPT_LOOKUP with widths by batch size ``{1 = 4, 8 = 2}``); every request, through ``async_generate``,
-  at most ``--concurrency`` in flight; aborts through the tokenizer manager's ``abort_request``;
+  --speculative-num-draft-tokens 4`` and the drafter's plugins.toml; every request, through
+  ``async_generate``, at most ``--concurrency`` in flight; aborts through the tokenizer manager's
+  ``abort_request``;
 * ``http``: ``python3 -m sglang.launch_server`` with the same flags and a client of threads here (stdlib
   ``http.client``): ``POST /generate``, aborts by closing the connection mid-stream (a client that goes
   away).
@@ -37,7 +43,8 @@ more request (the scheduler is alive: a leak found at idle would have stopped it
 Results in DIR: ``requests.json`` (the set's parameters), ``<phase>.jsonl`` (one outcome per request),
 ``<phase>.json`` (wall time, tokens, end state), ``margins.json``, ``summary.json`` (per phase:
 ``testing.soak.verdict`` against the plain outputs, retractions, aborts, refusals, tokens/s, the end
-state, the loader's INFO lines per process) and the coordinator prints it. Exit 0 when no phase has a
+state, the loader's lines per process: its INFO lines, the faulted steps by hook, switch-offs, and SGLang's
+"Scheduler hit an exception" lines, each a problem) and the coordinator prints it. Exit 0 when no phase has a
 problem. Each process stops sending new requests at ``--budget`` minus 35 s (the summary says how many
 were sent: fewer than planned is a problem) and is killed at ``--budget`` plus 5 s.
 """
