@@ -364,8 +364,8 @@ done
 tl "ALL DONE"
 [ -n "${NO_ARCHIVE:-}" ] && exit 0   # a caller that archives what it needs itself (benchmarks/e2e_speculative.sh)
 tar -C "$(dirname "$LOGS")" -cJf "$OUT/logs.tar.xz" "$(basename "$LOGS")"
-for n in ${SOAK_NAMES:-${SOAK_NAME:-soak}}; do  # few files come back from a call
-  [ -d "$OUT/$n" ] && tar -C "$OUT" -cJf "$OUT/$n.tar.xz" $n && rm -rf "$OUT/$n"
+for d in "$OUT"/*/; do  # each soak's folder (SOAK_NAME), one file each: few files come back from a call
+  [ -d "$d" ] && n=$(basename "$d") && tar -C "$OUT" -cJf "$OUT/$n.tar.xz" "$n" && rm -rf "$OUT/$n"
 done
 # JIT caches (flashinfer's kernels, Triton's), to carry into the next call as .e2e/cache/*.tar.xz
 tar -C / -cJf "$OUT/jit_flashinfer.tar.xz" root/.cache/flashinfer 2>/dev/null
