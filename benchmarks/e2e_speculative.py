@@ -112,12 +112,20 @@ ENGINES: Dict[str, Dict[str, Any]] = {
     "dflash_native_ndt16": {"kind": "dflash", "ndt": 16, "batches": DRAFT_BATCHES},
     "dflash_block_ndt16": {"kind": "dflash_block", "ndt": 16, "batches": DRAFT_BATCHES},
     "dflash_block_w4_ndt16": {"kind": "dflash_block", "ndt": 16, "width": 4, "batches": DRAFT_BATCHES},
+    "dflash_native_ovl_ndt16": {"kind": "dflash", "ndt": 16, "batches": DRAFT_BATCHES, "overlap": True},
+    "dflash_block_ovl_ndt16": {"kind": "dflash_block", "ndt": 16, "batches": DRAFT_BATCHES, "overlap": True},
+    "dflash_block_w4_ovl_ndt16": {"kind": "dflash_block", "ndt": 16, "width": 4, "batches": DRAFT_BATCHES,
+                                  "overlap": True},
 }
 """In the order they run: plain first (it records the continuations every other engine drafts). A static
 width below 16 runs once, at ndt 8: at ndt 16 the same width differs only in the KV it reserves ahead.
 ``plain_sync`` (plain decoding without the overlap scheduler, as every speculative engine here runs), the
 ``cycle*`` engines (``switch_table``: widths 4 and 8 in turn, another every step or every 16 steps) and the
-``dflash*`` engines (batches 1-64; their tokens are never accepted with dummy weights) come last."""
+``dflash*`` engines (batches 1-64; their tokens are never accepted with dummy weights) come last. A speculative
+engine runs synchronously (``--disable-overlap-schedule``) unless its entry says ``"overlap": True`` (the
+``*_ovl_*`` engines: SGLang's default, its overlap scheduler). Every engine sets ``--max-running-requests`` to its
+largest batch, so SGLang's reset of a speculative engine's cap to 48 (0.5.16, when the flag is left out) applies
+to none: native DFLASH and DFLASH_BLOCK serve 64 requests at once alike."""
 BUILD_SEP = "@"
 """``LABEL@BUILD`` (in ``--labels``/``--only``) is the engine ``LABEL`` served by another build of this package and
 its examples: its processes find them in :func:`build_site` ``(BUILD)`` instead of :data:`SITE`
@@ -236,18 +244,17 @@ def engine_kwargs(spec: Dict[str, Any]) -> Dict[str, Any]:
                   attention_backend="flashinfer", mem_fraction_static=0.75, max_total_tokens=MAX_TOTAL_TOKENS, max_running_requests=max(batches),
                   disable_radix_cache=True, cuda_graph_bs_decode=batches, disable_prefill_cuda_graph=True, random_seed=0,
                   sleep_on_idle=True, log_level="info")
-    if spec.get("sync"):
+    if spec.get("sync") or (spec["kind"] != "plain" and not spec.get("overlap")):
         kwargs["disable_overlap_schedule"] = True
     if spec["kind"] == "ngram":
         kwargs.update(speculative_algorithm="NGRAM", speculative_num_draft_tokens=spec["ndt"], speculative_eagle_topk=1,
-                      speculative_num_steps=spec["ndt"] - 1, disable_overlap_schedule=True)
+                      speculative_num_steps=spec["ndt"] - 1)
     elif spec["kind"] in ("dflash", "dflash_block"):
         kwargs.update(speculative_algorithm="DFLASH" if spec["kind"] == "dflash" else "DFLASH_BLOCK",
                       speculative_num_draft_tokens=spec["ndt"], speculative_draft_model_path=str(DRAFT),
-                      speculative_draft_load_format="dummy", disable_overlap_schedule=True)
+                      speculative_draft_load_format="dummy")
     elif spec["kind"] != "plain":
-        kwargs.update(speculative_algorithm="CONTROLLED_ACCEPTANCE", speculative_num_draft_tokens=spec["ndt"],
-                      disable_overlap_schedule=True)
+        kwargs.update(speculative_algorithm="CONTROLLED_ACCEPTANCE", speculative_num_draft_tokens=spec["ndt"])
     return kwargs
 
 
@@ -985,6 +992,52 @@ def draft_model_table(results: List[Dict[str, Any]]) -> str:
     return "\n".join(rows)
 
 
+OVERLAP_PAIRS = (("dflash_block_ovl_ndt16", "dflash_native_ovl_ndt16"), ("dflash_block_w4_ovl_ndt16", "dflash_block_ovl_ndt16"),
+                 ("dflash_native_ovl_ndt16", "dflash_native_ndt16"), ("plain", "plain_sync"))
+"""Issue 48's ratios: DFLASH_BLOCK with overlap against native DFLASH with overlap (the bar, :data:`DRAFT_BAR`),
+W = 4 against W = 16, and what SGLang's overlap scheduler is worth to native DFLASH and to plain decoding."""
+
+
+def group_round_ratios(results: List[Dict[str, Any]], label: str, against: str) -> Dict[int, List[float]]:
+    """``{batch: [label ÷ against, one per round]}``: from the rounds of a group that held both, else through the
+    ``plain_sync`` control each of their groups held (``label ÷ plain_sync`` of one group's round ``i`` over
+    ``against ÷ plain_sync`` of the other's round ``i``)."""
+    def by_group(name):
+        return {tuple(r["group"]): r for r in results if r.get("ok") and r["label"] == name and r.get("group")}
+
+    mine, theirs = by_group(label), by_group(against)
+    shared = [g for g in mine if g in theirs]
+    if shared:
+        return round_ratios([mine[shared[-1]], theirs[shared[-1]]], label, against)
+    control = by_group("plain_sync")
+    for g in mine:
+        for h in theirs:
+            if g in control and h in control:
+                a = round_ratios([mine[g], control[g]], label, "plain_sync")
+                b = round_ratios([theirs[h], control[h]], against, "plain_sync")
+                return {batch: [x / y for x, y in zip(a[batch], b.get(batch, []))] for batch in a}
+    return {}
+
+
+def overlap_table(results: List[Dict[str, Any]]) -> str:
+    """Issue 48's table per batch size: each pair of :data:`OVERLAP_PAIRS`, the median of its per-round
+    ratios and their range (:func:`group_round_ratios`); the bar on DFLASH_BLOCK ÷ native DFLASH, both
+    overlapped."""
+    ratios = [group_round_ratios(results, label, against) for label, against in OVERLAP_PAIRS]
+    head = ["batch", "DFLASH_BLOCK ÷ native DFLASH (overlap)", "bar", "W = 4 ÷ W = 16 (overlap)",
+            "native DFLASH overlap ÷ sync", "plain overlap ÷ sync"]
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+
+    def ratio(values: List[float]) -> str:
+        return f"{lower_median(values):.3f} ({min(values):.3f}-{max(values):.3f}, {len(values)})" if values else "-"
+
+    for b in DRAFT_BATCHES:
+        bar = ratios[0].get(b, [])
+        verdict = "-" if not bar else ("met" if lower_median(bar) >= DRAFT_BAR else "missed")
+        rows.append("| " + " | ".join([str(b), ratio(bar), verdict] + [ratio(r.get(b, [])) for r in ratios[1:]]) + " |")
+    return "\n".join(rows)
+
+
 def _graph_kind(record: Dict[str, Any]) -> str:
     """The graphs an engine's decode steps replay: a speculative engine's TARGET_VERIFY graphs, else decode's."""
     return "target_verify" if "target_verify_graph_capture_s" in record else "target_decode"
@@ -1051,6 +1104,8 @@ def main(argv=None) -> int:
         print(tables(results, args.ndt or NDTS))
         if any(draft_model(r["label"]) for r in results):
             print("\n" + draft_model_table(results))
+        if any(spec_of(r["label"]).get("overlap") and r.get("ok") for r in results):
+            print("\n" + overlap_table(results))
         if any(r.get("kind") == "cycle" and r.get("ok") for r in results):
             print("\n" + switch_table(results))
         if any(BUILD_SEP in r["label"] and r.get("ok") for r in results):

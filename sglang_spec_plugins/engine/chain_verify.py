@@ -45,25 +45,23 @@ class ChainVerifier:
 
         bs, width = chains.shape
         logits = logits_output.next_token_logits
-        reqs = batch.reqs
-        if any(needs_host_tokens(req) for req in reqs) or batch.sampling_info.logit_bias is not None:
+        if any(needs_host_tokens(req) for req in batch.reqs) or batch.sampling_info.logit_bias is not None:
             apply_request_rules(logits, batch, chains, width, outputs or [None] * bs, host_chains)
         greedy_next = torch.argmax(logits, dim=-1).view(bs, width)
-        sampled = [i for i, req in enumerate(reqs) if req.sampling_params.top_k > 1]
-        if not sampled and draft_probs is None:
+        info = batch.sampling_info
+        if info.is_all_greedy and draft_probs is None:
             rows, accept_lens = greedy_next, accept_greedy(chains, greedy_next)
         else:
-            probs = point_mass(logits).view(bs, width, -1)
-            if sampled:
-                info = batch.sampling_info
-                picked = torch.tensor(sampled, dtype=torch.int64).to(chains.device, non_blocking=True)
-                rows_of = picked.repeat_interleave(width) * width + torch.arange(width, device=chains.device).repeat(
-                    len(sampled))
-                each = lambda values: values[picked].repeat_interleave(width, dim=0)  # noqa: E731
+            # SGLang makes a greedy request top_k 1 (temperature 1): its rows are the point mass at the argmax
+            # (plain greedy decoding's token, ties included); a sampled request's rows plain sampling's
+            # distribution. Chosen row by row on the device: no index of the sampled requests goes through the host.
+            each = lambda values: values.repeat_interleave(width, dim=0)  # noqa: E731
+            probs = point_mass(logits)
+            if not info.is_all_greedy:
                 min_ps = each(info.min_ps) if info.need_min_p_sampling else None
-                probs.view(bs * width, -1)[rows_of] = target_probs(
-                    logits[rows_of], each(info.temperatures), each(info.top_ks), each(info.top_ps), min_ps)
-            rows, accept_lens = speculative_accept(chains, probs, greedy_next, draft_probs)
+                sampled = target_probs(logits, each(info.temperatures), each(info.top_ks), each(info.top_ps), min_ps)
+                probs = torch.where(each(info.top_ks).view(-1, 1) > 1, sampled, probs)
+            rows, accept_lens = speculative_accept(chains, probs.view(bs, width, -1), greedy_next, draft_probs)
         if batch.return_logprob:
             self.logprobs(batch, logits_output, rows)
         return rows, accept_lens

@@ -85,7 +85,8 @@
 #         0.7, top-p 0.9 (labels rs_*, rso_*); else greedy (rl_*). ~1 min an engine: split REAL_ENGINES over calls.
 #         Untimed, every request kind of engine_check.py --kinds (penalties, min_new_tokens with logit_bias,
 #         logprobs, JSON schema, regex, sampled): kinds_base (plain without overlap: the reference), kinds_pl,
-#         kinds_block (each step's own code under SGLANG_SPEC_PLUGINS_SYNC_CHECK=1), kinds_native.
+#         kinds_block (each step's own code under SGLANG_SPEC_PLUGINS_SYNC_CHECK=1), kinds_native; their greedy
+#         cells at the batch sizes KINDS_BATCHES says (default 1,8,32,64).
 # real_margins  margins (below) of the real engines' divergences (results/real/divergences.json, compare.py
 #         --divergences), on the plain engine of the trained target
 # $OUT gets: engines.jsonl (one line per engine), timeline.txt, logs.tar.xz, and the JIT caches.
@@ -276,7 +277,8 @@ real_runs() {
   [ -n "${REAL_OVERLAP:-}" ] && p=${p}o plug="--overlap on"
   if [ ! -f $REAL_T/model.safetensors ]; then tl "SKIP real: no trained target in $REAL_T (the train phase first)"; return; fi
   local on="--backend flashinfer --model $REAL_T --prompts $REAL_T/prompts.json --batches 1,8,32,64 --new-tokens 128"
-  local checked="$on --min-requests 4 --max-running 64 --kinds"  # untimed: identity, every request kind
+  # untimed: identity, every request kind (KINDS_BATCHES: the greedy cells' batch sizes before the kinds)
+  local checked="$on --min-requests 4 --max-running 64 --kinds --batches ${KINDS_BATCHES:-1,8,32,64}"
   on="$on --min-requests 4 --max-running 64 --timing --rounds ${REAL_ROUNDS:-3}"
   [ -n "${REAL_SAMPLED:-}" ] && on="$on --sampling sampled"
   local pl="--spec PROMPT_LOOKUP --ndt 8 $plug" dfb="--spec DFLASH_BLOCK --ndt 16 --draft $REAL_D $plug"
