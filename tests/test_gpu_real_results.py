@@ -171,3 +171,36 @@ def test_the_committed_device_run_reads_back():
         assert rows and compare.real_markdown(records, prefix)
         for row in rows:
             assert row["tokens_per_s"] > 0 and (row["per_step"] is None or row["per_step"] >= 1)
+
+
+def kinds_record(label, outputs, logprobs, texts, finishes, error_kind=None):
+    kinds = {"penalised": {"output_ids": outputs}, "logprob": {"output_ids": outputs, "logprobs": logprobs},
+             "json": {"output_ids": outputs, "text": texts}, "sampled": {"output_ids": outputs, "finish": finishes}}
+    if error_kind:
+        kinds[error_kind] = {"error": "ValueError: refused"}
+    return {"label": label, "kinds": kinds}
+
+
+def test_every_request_kind_against_plain_decoding():
+    """compare.py --kinds: identical requests per kind, the logprob gap up to the first differing token only,
+    JSON texts that parse, sampled requests run to their length, and a kind that failed."""
+    plain = kinds_record("rlo_kinds_base_cg", [[1, 2, 3], [4, 5, 6]], [[-0.5, -1.0, -2.0], [-0.1, -0.2, -0.3]],
+                         ['{"a": 1}', '{"a"'], ["length", "length"])
+    spec = kinds_record("rlo_kinds_pl_cg", [[1, 2, 3], [4, 9, 6]], [[-0.5, -1.004, -2.0], [-0.1, -5.0, -9.0]],
+                        ['{"a": 1}', '{"b": 2}'], ["{'type': 'length', 'length': 3}", "abort"])
+    failed = kinds_record("rlo_kinds_block_cg", [[1, 2, 3], [4, 5, 6]], [[-0.5, -1.0, -2.0], [-0.1, -0.2, -0.3]],
+                          ["", ""], ["length", "length"], error_kind="json")
+    records = {r["label"]: r for r in (plain, spec, failed)}
+    rows = {(r["engine"], r["kind"]): r for r in compare.kinds_rows(records, "rlo")}
+    assert {engine for engine, _ in rows} == {"rlo_kinds_pl_cg", "rlo_kinds_block_cg"}
+    assert (rows[("rlo_kinds_pl_cg", "penalised")]["identical"], rows[("rlo_kinds_pl_cg", "penalised")]["requests"]) == (1, 2)
+    # the second request differs at its second token: its logprobs from there on have another context
+    assert rows[("rlo_kinds_pl_cg", "logprob")]["logprob_gap"] == pytest.approx(0.004)
+    assert rows[("rlo_kinds_pl_cg", "json")]["json_parsed"] == 2
+    assert (rows[("rlo_kinds_pl_cg", "sampled")]["served"], rows[("rlo_kinds_pl_cg", "sampled")]["requests"]) == (1, 2)
+    assert rows[("rlo_kinds_pl_cg", "sampled")]["identical"] is None
+    assert rows[("rlo_kinds_block_cg", "json")]["error"] == "ValueError: refused"
+    assert rows[("rlo_kinds_block_cg", "logprob")]["logprob_gap"] == 0.0
+    table = compare.kinds_markdown(records, "rlo")
+    assert "| rlo_kinds_pl_cg | logprob | 1/2 | 0.004 | - | - | - |" in table
+    assert "| rlo_kinds_block_cg | json | - | - | - | - | ValueError: refused |" in table

@@ -1,6 +1,6 @@
 """Read the engine results (``engines*.jsonl``) and say what they show; runs on any machine.
 
-usage: python3 compare.py RESULTS_DIR [--divergences OUT.json] [--markdown] [--real PREFIX]
+usage: python3 compare.py RESULTS_DIR [--divergences OUT.json] [--markdown] [--real PREFIX] [--kinds PREFIX]
 
 * identity: each speculative engine's greedy outputs against the plain engine of the same
   backend and CUDA-graph setting, request by request (and where they first differ);
@@ -22,6 +22,10 @@ usage: python3 compare.py RESULTS_DIR [--divergences OUT.json] [--markdown] [--r
   tokens per verify step at every batch size (the median of the timed rounds, and how far the rounds spread),
   and issue 46's bars cell by cell: DFLASH_BLOCK at W = B against native DFLASH, and the acceptance controller
   against the best static width.
+* ``--kinds PREFIX`` (``run.sh real``'s ``kinds_*`` engines): every request kind of each engine against
+  ``PREFIX_kinds_base_cg`` (plain decoding without overlap): the requests whose tokens are identical (every kind
+  but ``sampled``), the largest logprob difference on the tokens both committed, the JSON requests whose text
+  parses, and the sampled requests served in full.
 """
 
 from __future__ import annotations
@@ -282,6 +286,63 @@ def real_markdown(records: Dict[str, dict], prefix: str) -> str:
     return "\n".join(lines)
 
 
+def kinds_rows(records: Dict[str, dict], prefix: str) -> List[dict]:
+    """One row per ``kinds_*`` engine (but the base) and request kind: ``identical`` requests out of ``requests``
+    (None for ``sampled``: its tokens are drawn), ``logprob_gap`` (the largest logprob difference over the tokens
+    both engines committed before their outputs first differ, ``logprob`` only), ``json_parsed`` (texts that parse
+    as a JSON object, ``json`` only), ``served`` (requests that ran to their length, ``sampled`` only) and
+    ``error`` (the kind failed)."""
+    base = records.get(f"{prefix}_kinds_base_cg", {}).get("kinds", {})
+    rows = []
+    for label, record in records.items():
+        if not label.startswith(f"{prefix}_kinds_") or label == f"{prefix}_kinds_base_cg" or "kinds" not in record:
+            continue
+        for kind, found in record["kinds"].items():
+            row = {"engine": label, "kind": kind, "error": found.get("error"), "identical": None, "requests": None,
+                   "logprob_gap": None, "json_parsed": None, "served": None}
+            theirs = base.get(kind, {})
+            if row["error"] is None and kind != "sampled" and "output_ids" in theirs:
+                pairs = list(zip(found["output_ids"], theirs["output_ids"]))
+                row["identical"], row["requests"] = sum(a == b for a, b in pairs), len(pairs)
+            if row["error"] is None and kind == "logprob" and "logprobs" in theirs:
+                gaps = [abs(x - y) for mine, other, (a, b) in zip(found["logprobs"], theirs["logprobs"], pairs)
+                        for x, y in list(zip(mine, other))[:_common_prefix(a, b)]]
+                row["logprob_gap"] = max(gaps) if gaps else None
+            if row["error"] is None and kind == "json":
+                row["json_parsed"] = sum(_parses(text) for text in found.get("text", []))
+            if row["error"] is None and kind == "sampled":
+                row["served"] = sum("length" in finish for finish in found["finish"])
+                row["requests"] = len(found["output_ids"])
+            rows.append(row)
+    return rows
+
+
+def _common_prefix(a: List[int], b: List[int]) -> int:
+    """How many tokens ``a`` and ``b`` share before they first differ (a logprob after that has another context)."""
+    first = first_difference(a, b)
+    return min(len(a), len(b)) if first is None else first
+
+
+def _parses(text: Optional[str]) -> bool:
+    try:
+        return isinstance(json.loads(text or ""), dict)
+    except ValueError:
+        return False
+
+
+def kinds_markdown(records: Dict[str, dict], prefix: str) -> str:
+    """:func:`kinds_rows` as a table."""
+    lines = ["| engine | kind | identical to plain | largest logprob gap | JSON parsed | sampled served | error |",
+             "|---|---|---|---|---|---|---|"]
+    for r in kinds_rows(records, prefix):
+        same = f"{r['identical']}/{r['requests']}" if r["identical"] is not None else "-"
+        gap = f"{r['logprob_gap']:.2g}" if r["logprob_gap"] is not None else "-"
+        served = f"{r['served']}/{r['requests']}" if r["served"] is not None else "-"
+        lines.append(f"| {r['engine']} | {r['kind']} | {same} | {gap} | {r['json_parsed'] if r['json_parsed'] is not None else '-'} "
+                     f"| {served} | {r['error'] or '-'} |")
+    return "\n".join(lines)
+
+
 def margins(results: Path) -> Optional[dict]:
     """What ``margins.py`` measured: per engine, how many divergences were near-ties
     (the two chosen tokens among the plain engine's top two, or tied with its top)."""
@@ -338,8 +399,12 @@ if __name__ == "__main__":
     parser.add_argument("--divergences", type=Path)
     parser.add_argument("--markdown", action="store_true")
     parser.add_argument("--real", metavar="PREFIX", help="run.sh real's tables for this label prefix (rl, rs, rlo, rso)")
+    parser.add_argument("--kinds", metavar="PREFIX", help="run.sh real's kinds_* engines against kinds_base (rl, rlo)")
     args = parser.parse_args()
     records = load(args.results)
+    if args.kinds:
+        print(kinds_markdown(records, args.kinds))
+        raise SystemExit(0)
     if args.real:
         print(real_markdown(records, args.real))
         raise SystemExit(0)
