@@ -85,8 +85,10 @@
 #         0.7, top-p 0.9 (labels rs_*, rso_*); else greedy (rl_*). ~1 min an engine: split REAL_ENGINES over calls.
 #         Untimed, every request kind of engine_check.py --kinds (penalties, min_new_tokens with logit_bias,
 #         logprobs, JSON schema, regex, sampled): kinds_base (plain without overlap: the reference), kinds_pl,
-#         kinds_block (each step's own code under SGLANG_SPEC_PLUGINS_SYNC_CHECK=1), kinds_native; their greedy
-#         cells at the batch sizes KINDS_BATCHES says (default 1,8,32,64).
+#         kinds_block, kinds_sbd (SBD, plugins_sbd.toml) (each step's own code under
+#         SGLANG_SPEC_PLUGINS_SYNC_CHECK=1), kinds_native; their greedy cells at the batch sizes KINDS_BATCHES says
+#         (default 1,8,32,64); these untimed engines run at once, after the timed ones
+#         (compare.py --kinds PREFIX reads them).
 # real_margins  margins (below) of the real engines' divergences (results/real/divergences.json, compare.py
 #         --divergences), on the plain engine of the trained target
 # $OUT gets: engines.jsonl (one line per engine), timeline.txt, logs.tar.xz, and the JIT caches.
@@ -282,28 +284,37 @@ real_runs() {
   on="$on --min-requests 4 --max-running 64 --timing --rounds ${REAL_ROUNDS:-3}"
   [ -n "${REAL_SAMPLED:-}" ] && on="$on --sampling sampled"
   local pl="--spec PROMPT_LOOKUP --ndt 8 $plug" dfb="--spec DFLASH_BLOCK --ndt 16 --draft $REAL_D $plug"
+  local together=()  # the kinds_* engines: untimed, so they run at once, after the timed ones
   for which in ${REAL_ENGINES:-base sync ngram pl_w2 pl_w4 pl_w8 pl_batch pl_acc native block part_w4 part_w8}; do
-    case $which in
-      base) engine 0 ${p}_base_cg $NO_PLUGIN -- $on --overlap on ;;
-      sync) engine 0 ${p}_sync_cg $NO_PLUGIN -- $on --overlap off ;;
-      ngram) engine 0 ${p}_ngram_cg $NO_PLUGIN -- $on --spec NGRAM --ndt 8 --overlap on ;;
-      pl_w2) engine 0 ${p}_pl_w2_cg SGLANG_SPEC_PLUGINS_CONFIG=$H/plugins_real_pl_w2.toml -- $on $pl ;;
-      pl_w4) engine 0 ${p}_pl_w4_cg SGLANG_SPEC_PLUGINS_CONFIG=$H/plugins_real_pl_w4.toml -- $on $pl ;;
-      pl_w8) engine 0 ${p}_pl_w8_cg $AT -- $on $pl ;;
-      pl_batch) engine 0 ${p}_pl_batch_cg SGLANG_SPEC_PLUGINS_CONFIG=$H/plugins_real_pl_batch.toml -- $on $pl ;;
-      pl_acc) engine 0 ${p}_pl_acc_cg SGLANG_SPEC_PLUGINS_CONFIG=$H/plugins_real_pl_acc.toml -- $on $pl ;;
-      native) engine 0 ${p}_native_cg $NO_PLUGIN -- $on --spec DFLASH --ndt 16 --draft $REAL_D --overlap on ;;
-      block) engine 0 ${p}_block_cg $DRAFT -- $on $dfb ;;
-      part_w4) engine 0 ${p}_part_w4_cg $DRAFT_W4 -- $on $dfb ;;
-      part_w8) engine 0 ${p}_part_w8_cg SGLANG_SPEC_PLUGINS_CONFIG=$H/plugins_draft_w8.toml -- $on $dfb ;;
-      # untimed, every request kind, each step's own code under torch.cuda.set_sync_debug_mode("error")
-      kinds_base) engine 0 ${p}_kinds_base_cg $NO_PLUGIN -- $checked --overlap off ;;
-      kinds_pl) engine 0 ${p}_kinds_pl_cg SGLANG_SPEC_PLUGINS_SYNC_CHECK=1 $AT -- $checked $pl ;;
-      kinds_block) engine 0 ${p}_kinds_block_cg SGLANG_SPEC_PLUGINS_SYNC_CHECK=1 $DRAFT -- $checked $dfb ;;
-      kinds_native) engine 0 ${p}_kinds_native_cg $NO_PLUGIN -- $checked --spec DFLASH --ndt 16 --draft $REAL_D --overlap on ;;
-      *) tl "real: no engine $which" ;;
-    esac
+    case $which in kinds_*) together+=($which); continue ;; esac
+    real_engine $which
   done
+  for which in "${together[@]}"; do real_engine $which & done
+  wait
+}
+real_engine() {  # one engine of real_runs (its variables: p, on, checked, pl, dfb)
+  local which=$1
+  case $which in
+    base) engine 0 ${p}_base_cg $NO_PLUGIN -- $on --overlap on ;;
+    sync) engine 0 ${p}_sync_cg $NO_PLUGIN -- $on --overlap off ;;
+    ngram) engine 0 ${p}_ngram_cg $NO_PLUGIN -- $on --spec NGRAM --ndt 8 --overlap on ;;
+    pl_w2) engine 0 ${p}_pl_w2_cg SGLANG_SPEC_PLUGINS_CONFIG=$H/plugins_real_pl_w2.toml -- $on $pl ;;
+    pl_w4) engine 0 ${p}_pl_w4_cg SGLANG_SPEC_PLUGINS_CONFIG=$H/plugins_real_pl_w4.toml -- $on $pl ;;
+    pl_w8) engine 0 ${p}_pl_w8_cg $AT -- $on $pl ;;
+    pl_batch) engine 0 ${p}_pl_batch_cg SGLANG_SPEC_PLUGINS_CONFIG=$H/plugins_real_pl_batch.toml -- $on $pl ;;
+    pl_acc) engine 0 ${p}_pl_acc_cg SGLANG_SPEC_PLUGINS_CONFIG=$H/plugins_real_pl_acc.toml -- $on $pl ;;
+    native) engine 0 ${p}_native_cg $NO_PLUGIN -- $on --spec DFLASH --ndt 16 --draft $REAL_D --overlap on ;;
+    block) engine 0 ${p}_block_cg $DRAFT -- $on $dfb ;;
+    part_w4) engine 0 ${p}_part_w4_cg $DRAFT_W4 -- $on $dfb ;;
+    part_w8) engine 0 ${p}_part_w8_cg SGLANG_SPEC_PLUGINS_CONFIG=$H/plugins_draft_w8.toml -- $on $dfb ;;
+    # untimed, every request kind, each step's own code under torch.cuda.set_sync_debug_mode("error")
+    kinds_base) engine 0 ${p}_kinds_base_cg $NO_PLUGIN -- $checked --overlap off ;;
+    kinds_pl) engine 0 ${p}_kinds_pl_cg SGLANG_SPEC_PLUGINS_SYNC_CHECK=1 $AT -- $checked $pl ;;
+    kinds_block) engine 0 ${p}_kinds_block_cg SGLANG_SPEC_PLUGINS_SYNC_CHECK=1 $DRAFT -- $checked $dfb ;;
+    kinds_native) engine 0 ${p}_kinds_native_cg $NO_PLUGIN -- $checked --spec DFLASH --ndt 16 --draft $REAL_D --overlap on ;;
+    kinds_sbd) engine 0 ${p}_kinds_sbd_cg SGLANG_SPEC_PLUGINS_SYNC_CHECK=1 $SBD -- $checked --spec SBD --ndt 8 $plug ;;
+    *) tl "real: no engine $which" ;;
+  esac
 }
 tp_runs() {
   engine 0,1 tp2_fi_pl_below_cg $BELOW -- --backend flashinfer $PL --tp 2 --batches 1,8
