@@ -445,3 +445,32 @@ def test_the_against_table_compares_each_engine_with_another_call_s():
     assert "| plain_sync | 0.800 (0.800-0.900) | yes | 30.0, - | 0.000 (0.000) |" in text
     assert "| static4_ndt8 | 0.800 (0.800-0.900) | no | 30.0, - | 0.200 (0.200) |" in text
     assert text.count("\n") == 3  # the head, its rule and the two engines both ran
+
+
+def test_the_overlap_table_takes_ratios_from_one_group_or_through_the_plain_sync_control():
+    """Issue 48's table: DFLASH_BLOCK ÷ native DFLASH (both overlapped) from the rounds of the group that held
+    both; native DFLASH overlapped ÷ synchronous across two groups, each round's ratio to its own group's
+    plain_sync divided (a slower host in the second group moves plain_sync and native alike, not the ratio)."""
+    def record(label, group, speeds):  # speeds: one tokens/s a round, the same at every batch size
+        rounds = [[{"batch": b, "acceptance": None, "tokens_per_s": s} for b in e2e.DRAFT_BATCHES] for s in speeds]
+        return {"label": label, "ok": True, **e2e.ENGINES[label], "group": group, "rounds": rounds,
+                "cells": e2e.median_cells(rounds)}
+
+    first = ["plain_sync", "dflash_native_ovl_ndt16", "dflash_block_ovl_ndt16"]
+    second = ["plain_sync", "plain", "dflash_native_ndt16"]
+    results = [record("plain_sync", first, [100, 100, 100]), record("dflash_native_ovl_ndt16", first, [300, 310, 290]),
+               record("dflash_block_ovl_ndt16", first, [297, 300, 290]),
+               record("plain_sync", second, [50, 50, 50]), record("plain", second, [60, 60, 60]),
+               record("dflash_native_ndt16", second, [140, 140, 140])]
+    ratios = e2e.group_round_ratios(results, "dflash_block_ovl_ndt16", "dflash_native_ovl_ndt16")
+    assert ratios[8] == pytest.approx([0.99, 300 / 310, 1.0])
+    # 300/100 over 140/50 in round 1: 1.0714 (the second group's host ran at half the speed)
+    assert e2e.group_round_ratios(results, "dflash_native_ovl_ndt16", "dflash_native_ndt16")[1] == pytest.approx(
+        [3 / 2.8, 3.1 / 2.8, 2.9 / 2.8])
+    assert e2e.group_round_ratios(results, "plain", "plain_sync")[64] == pytest.approx([1.2] * 3)
+    assert e2e.group_round_ratios(results, "dflash_block_w4_ovl_ndt16", "dflash_block_ovl_ndt16") == {}
+    table = e2e.overlap_table(results)
+    assert "| 8 | 0.990 (0.968-1.000, 3) | met | - | 1.071 (1.036-1.107, 3) | 1.200 (1.200-1.200, 3) |" in table
+    slower = [dict(r, rounds=[[dict(c, tokens_per_s=c["tokens_per_s"] * 0.9) for c in cells] for cells in r["rounds"]])
+              if r["label"] == "dflash_block_ovl_ndt16" else r for r in results]
+    assert e2e.overlap_table(slower).count("| missed |") == len(e2e.DRAFT_BATCHES)
