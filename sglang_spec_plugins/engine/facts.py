@@ -1,7 +1,7 @@
 """Facts about a running SGLang that several rooms read: the configured ndt a
-backend lays a verify out with, which attention backend each worker sends
-TARGET_VERIFY to, whether attention runs data-parallel, and the batch sizes
-SGLang captures CUDA graphs at."""
+backend lays a verify out with, whether the overlap scheduler runs, which
+attention backend each worker sends TARGET_VERIFY to, whether attention runs
+data-parallel, and the batch sizes SGLang captures CUDA graphs at."""
 
 from __future__ import annotations
 
@@ -23,6 +23,19 @@ def configured_ndt(model_runner: Any) -> int:
     except ImportError:
         return model_runner.server_args.speculative_num_draft_tokens
     return get_spec().speculative_num_draft_tokens
+
+
+def overlap_scheduled(server_args: Any) -> bool:
+    """Whether SGLang's overlap scheduler runs the workers: its schedule config's
+    ``disable_overlap_schedule`` where the release resolves it there (0.5.17+,
+    once a config is published; what the scheduler reads from 0.5.19), else the
+    server args' (off where they do not say)."""
+    try:
+        from sglang.srt.runtime_context import get_schedule
+
+        return not get_schedule().disable_overlap_schedule
+    except (ImportError, AttributeError, AssertionError, ValueError, RuntimeError):  # none, or nothing published
+        return not getattr(server_args, "disable_overlap_schedule", True)
 
 
 def verify_backends(server_args: Any) -> Dict[str, str]:

@@ -21,8 +21,10 @@ clock at each mark: right where the host has waited for the step's work (a
 CPU, or a test's own clock). :class:`DeviceTimer` puts an event on the
 current CUDA stream at each mark, so that marking never makes the host wait
 for the GPU in the middle of a step; the seconds between two marks are read
-later (:meth:`StepClock.settle`, at the next step's ``at``), once the
-scheduler has waited for the step's tokens and the events have passed.
+later (:meth:`StepClock.settle`, at a later step's ``at``), once the
+scheduler has waited for the step's tokens and the events have passed: under
+SGLang's overlap scheduler the step before is still on the GPU when the next
+one starts, so a step is read one step later there (``pending``).
 
 :func:`agreed` averages the seconds per (size, width) over the tensor-parallel ranks of
 the model runner (one all-reduce on the CPU group of SGLang's TP group), so
@@ -153,10 +155,14 @@ class StepClock:
         self._unread.append((slot, size, width, *self._started, end))
         self._started, self._last = None, (end, slot, size, width)
 
-    def settle(self) -> None:
-        """Read the seconds of the steps stopped since the last call (a :class:`DeviceTimer`
-        waits for each step's end; a step a mark could not time is left out)."""
-        for slot, size, width, start, previous, end in self._unread:
+    def settle(self, pending: int = 0) -> None:
+        """Read the seconds of the steps stopped since the last call but the last ``pending`` (steps the device
+        may still run: under SGLang's overlap scheduler, the step stopped last); a :class:`DeviceTimer` waits
+        for each read step's end; a step a mark could not time is left out."""
+        read = len(self._unread) - pending
+        if read <= 0:
+            return
+        for slot, size, width, start, previous, end in self._unread[:read]:
             span = self._timer.seconds(start, end)
             if span is None:
                 continue
@@ -167,13 +173,13 @@ class StepClock:
                 self._gaps[previous[1:]] = _running(self._gaps.get(previous[1:]), gap)
             total, count = self._sums.setdefault(slot, {}).get((size, width), (0.0, 0))
             self._sums[slot][(size, width)] = (total + span, count + 1)
-        self._unread.clear()
+        del self._unread[:read]
 
-    def take(self, slot: int) -> Dict[Tuple[int, int], float]:
+    def take(self, slot: int, pending: int = 0) -> Dict[Tuple[int, int], float]:
         """Mean seconds per step of each (size, width) ``slot`` ran at since the
-        last ``take``, the mean gap after its steps included, in (size, width)
-        order; the sums start again."""
-        self.settle()
+        last ``take`` (but the last ``pending`` steps, see :meth:`settle`), the
+        mean gap after its steps included, in (size, width) order; the sums start again."""
+        self.settle(pending)
         sums = self._sums.pop(slot, {})
         return {key: total / count + self._gaps.get((slot, *key), self._gap or 0.0)
                 for key, (total, count) in sorted(sums.items())}

@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import functools
-from typing import Any, Optional
+from typing import Any, List, Optional
 
 from ..engine.algorithm import policy_for
 from ..engine.chain_verify import ChainVerifier
 from ..engine.containment import FAULT, Containment, allowed_sync, sync_check
 from ..engine.draft_worker import draft_model_worker_base, sglang_name
+from ..engine.facts import overlap_scheduled
 from ..engine.request_kinds import refusal, refuse_unservable
 from ..engine.request_rules import needs_host_tokens
 from ..engine.step_output import cache_locations, idle_result, step_result, verify_positions
@@ -105,13 +106,13 @@ def draft_block_worker_base() -> type:
             self.lm_head = target.lm_head
             self.device = target_worker.model_runner.device
             self.vocab_size = target_worker.model_runner.model_config.vocab_size
-            self.overlap = not getattr(server_args, "disable_overlap_schedule", True)
+            self.overlap = overlap_scheduled(server_args)
             self.contained = Containment(self.policy, self.policy.max_faulted_steps)
             self._contract = contract()
             self._verify_chains = ChainVerifier(self._contract)
             self._deterministic = bool(getattr(server_args, "enable_deterministic_inference", False))
             self._relay = None
-            self._unchecked = None  # the last step's count of drafts out of the vocabulary, read at the next step
+            self._unchecked: List[Any] = []  # each step's count of drafts out of the vocabulary, read once passed
             self._counts = timer_for(self.device)  # keeps such a count on its way to the host without a wait
             self.fused = self._fused_kv()
             self.block_input = DFlashVerifyInput(  # what the draft runner's TARGET_VERIFY is laid out by (B per request)
@@ -212,17 +213,17 @@ def draft_block_worker_base() -> type:
                 return filler
             tokens = tokens[:, :count].to(torch.int64)
             inside = (tokens >= 0) & (tokens < self.vocab_size)
-            self._unchecked = self._counts.keep((~inside).sum())  # read at the next step: no wait here
+            self._unchecked.append(self._counts.keep((~inside).sum()))  # read at a later step: no wait here
             tokens = torch.where(inside, tokens, root.unsqueeze(1))
             return tokens, (None if probs is None or count == 0 else probs[:, :count].float())
 
         def _decode(self, batch, on_publish):
             bs, width = len(batch.reqs), self.width
             self.contained.begin()
-            if self._unchecked is not None and int(self._unchecked):
-                self.contained.fault("drafts(batch, hidden)", f"returned token ids outside [0, {self.vocab_size}) "
-                                     "in the step before (they were verified as the root repeated)")
-            self._unchecked = None
+            while len(self._unchecked) > int(self.overlap):  # overlapped, the step before may still be running
+                if int(self._unchecked.pop(0)):
+                    self.contained.fault("drafts(batch, hidden)", f"returned token ids outside [0, {self.vocab_size}) "
+                                         "in an earlier step (they were verified as the root repeated)")
             with sync_check(self.device):
                 root = self._relay.roots(batch.req_pool_indices)
                 positions = verify_positions(batch.seq_lens, self.block)

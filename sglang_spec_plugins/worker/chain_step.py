@@ -10,6 +10,7 @@ from typing import Any, List, Optional
 from ..engine.algorithm import policy_for
 from ..engine.chain_verify import ChainVerifier
 from ..engine.containment import FAULT, Containment, allowed_sync, sync_check
+from ..engine.facts import overlap_scheduled
 from ..engine.request_kinds import refusal, refuse_unservable
 from ..engine.request_rules import needs_host_tokens
 from ..engine.step_output import cache_locations, idle_result, step_result, verify_positions
@@ -101,7 +102,7 @@ def chain_worker_base() -> type:
                                         "drafts(req, tokens, count): the drafter the base verifies")
             runner = self.target_worker.model_runner
             self.widths = StepWidths(runner)  # .at(batch size): each step's width; .maximum: the largest
-            self.overlap = not getattr(server_args, "disable_overlap_schedule", True)
+            self.overlap = overlap_scheduled(server_args)
             self.contained = Containment(self.policy, self.policy.max_faulted_steps)
             self._contract = contract()
             self._verify_chains = ChainVerifier(self._contract)

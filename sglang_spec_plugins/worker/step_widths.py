@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 from ..engine.algorithm import policy_for, required_policy
-from ..engine.facts import configured_ndt
+from ..engine.facts import configured_ndt, overlap_scheduled
 from ..engine.step_times import HostTimer, StepClock, agreed, timer_for
 from ..engine.worker_base import ModelFreeRunner
 from ..errors import EngineError, is_plain_int
@@ -57,7 +57,9 @@ class StepWidths:
     a worker's own tests pass theirs); left out, a runner on a CUDA device
     times steps with events on its stream, so that ``record`` never makes the
     host wait for the GPU: the accept counts and the step's time are read at
-    the next ``at``, once the scheduler has waited for the step's tokens. A step is timed by its width and its
+    the next ``at``, once the scheduler has waited for the step's tokens (under
+    SGLang's overlap scheduler, whose next step starts while this one runs, at
+    the ``at`` after: ``engine.facts.overlap_scheduled`` says which). A step is timed by its width and its
     size: the captured size whose graph it replays at that width, or its batch size where it runs eagerly
     (SGLang's ``disable_padding`` too); the controller compares widths timed at one size
     (:mod:`~.widths_by_acceptance`). The schedule is resolved at the first
@@ -90,8 +92,11 @@ class StepWidths:
         self._timer = HostTimer(now) if now is not None else timer_for(getattr(model_runner, "device", "cpu"))
         self._clock = StepClock(self._timer)
         self._step: Optional[Tuple[Optional[int], int, int]] = None  # (bucket, width, size) of the step at() answered
-        self._recorded: Optional[Tuple[Optional[int], int, int, Any, int]] = None  # (bucket, width, size, count,
-        # requests) unread
+        self._recorded: List[Tuple[Optional[int], int, int, Any, int]] = []  # (bucket, width, size, count,
+        # requests) of the steps recorded and not learnt yet, oldest first
+        # under SGLang's overlap scheduler a step starts while the step before it is still on the device: the
+        # controller learns each step one step later there, so that no step waits for the one before it
+        self._in_flight = int(overlap_scheduled(getattr(model_runner, "server_args", None)))
         self._graphs: Any = None  # the runner's decode CUDA-graph runner, with the schedule
         self._said_undeclared = False  # logged once: a width of the worker's own beside the controller
         self._replay_size: Any = None
@@ -147,24 +152,25 @@ class StepWidths:
         """The tokens each request of the step ``at`` answered for committed (SGLang's
         ``accept_lens``: its accepted drafts and the target's own token; a tensor or
         a sequence of ints), for the acceptance controller; nothing without one.
-        Nothing is read back from the GPU here: the controller learns at the next ``at``."""
+        Nothing is read back from the GPU here: the controller learns at the next ``at`` (overlapped: the one after)."""
         if self._controller is None or self._step is None:
             return
         (bucket, width, size), self._step = self._step, None
         count = self._timer.keep(accept_lens.sum()) if hasattr(accept_lens, "sum") else sum(accept_lens)
         self._clock.stop(bucket, width, size)
-        self._recorded = (bucket, width, size, count, len(accept_lens))
+        self._recorded.append((bucket, width, size, count, len(accept_lens)))
 
     def _learn(self) -> None:
-        """Hand the controller the step ``record`` took last (and, when it is due, its decision)."""
-        if self._recorded is None:
-            return
-        (bucket, width, size, count, requests), self._recorded = self._recorded, None
-        self._clock.settle()
-        controller = self._controller
-        controller.observe(bucket, width, int(count), requests, size)
-        if controller.due(bucket):
-            controller.decide(bucket, agreed(self._runner, self._clock.take(bucket)))
+        """Hand the controller the steps ``record`` took that the device has finished (each, when it is due,
+        with its decision): every one without overlap, all but the last under it. The number of steps learnt
+        depends on the scheduler's mode alone, so every tensor-parallel rank decides at the same step."""
+        while len(self._recorded) > self._in_flight:
+            bucket, width, size, count, requests = self._recorded.pop(0)
+            self._clock.settle(len(self._recorded))
+            controller = self._controller
+            controller.observe(bucket, width, int(count), requests, size)
+            if controller.due(bucket):
+                controller.decide(bucket, agreed(self._runner, self._clock.take(bucket, len(self._recorded))))
 
     def _resolved(self):
         if self._schedule is _UNRESOLVED:

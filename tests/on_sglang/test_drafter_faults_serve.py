@@ -149,6 +149,6 @@ def test_every_fault_of_a_block_drafter_is_contained_and_named(tmp_path):
     for expected in ("drafts(batch, hidden) raised ValueError: a draft-model drafter bug",
                      "drafts(batch, hidden) returned drafts of shape (3, 0), not (3, >= 3)",
                      "drafts(batch, hidden) returned drafts of dtype torch.float32, not an integer dtype",
-                     "drafts(batch, hidden) returned token ids outside [0, 256) in the step before"):
+                     "drafts(batch, hidden) returned token ids outside [0, 256) in an earlier step"):
         assert BLOCK_PLUGIN + expected in warnings, (expected, served["log"])
     assert json.dumps(served["log"]).count("WARNING") == 4

@@ -111,10 +111,11 @@ class Clock:
         return self.seconds
 
 
-def step_widths(algorithm, graphs=None, now=time.perf_counter):
+def step_widths(algorithm, graphs=None, now=time.perf_counter, overlap=False):
     from sglang_spec_plugins.worker import StepWidths
 
-    with runner_drive.published(speculative_algorithm="PER_STEP", speculative_num_draft_tokens=NDT) as server_args:
+    with runner_drive.published(speculative_algorithm="PER_STEP", speculative_num_draft_tokens=NDT,
+                                disable_overlap_schedule=not overlap) as server_args:
         mr = runner_drive.model_runner(algorithm, False, server_args)
         mr.graph_runner = mr.decode_cuda_graph_runner = graphs
         return StepWidths(mr, now=now)
@@ -249,6 +250,38 @@ def test_the_controller_reads_nothing_back_until_the_next_step(load, monkeypatch
         clock.seconds += 0.002 + 0.002 * width
         widths.record(torch.full((2,), min(width, 3), dtype=torch.int32))
         device.finished = step  # the scheduler has the step's tokens: the device is done with it
+    assert seen == expected and len(set(seen)) > 1, seen
+
+
+def test_under_the_overlap_scheduler_no_step_waits_for_the_step_before(load, monkeypatch):
+    """SGLang's overlap scheduler starts a step while the one before it still runs on the device: the
+    controller then learns each step at the ``at`` after next, so that no ``at`` reads a count or a time of
+    the step still running, and it chooses as it does with a host clock (there too one step later), step for
+    step. Learning at the next ``at``, as without overlap, reads the running step's count: the device
+    stand-in fails that read."""
+    from sglang_spec_plugins.worker import step_widths as step_widths_module
+
+    settings = "widths_by_acceptance = {warmup_steps = 2, interval_steps = 2, probe_after = 3}\n"
+    host_clock = Clock()
+    expected = serve(step_widths(load(settings), now=host_clock, overlap=True), host_clock, 30, 2,
+                     lambda width: min(width, 3))
+    sync_clock = Clock()
+    synchronous = serve(step_widths(load(settings), now=sync_clock), sync_clock, 30, 2, lambda width: min(width, 3))
+    assert expected != synchronous  # one step later: the decisions move by a step
+
+    clock = Clock()
+    device = LaggingDevice(clock)
+    monkeypatch.setattr(step_widths_module, "timer_for", lambda runner_device: device)
+    widths = step_widths(load(settings), now=None, overlap=True)
+    seen = []
+    for step in range(30):
+        device.step = step
+        device.finished = step - 2  # the step before this one is still on the device
+        clock.seconds += 0.0005
+        width = widths.at(2)
+        seen.append(width)
+        clock.seconds += 0.002 + 0.002 * width
+        widths.record(torch.full((2,), min(width, 3), dtype=torch.int32))
     assert seen == expected and len(set(seen)) > 1, seen
 
 
