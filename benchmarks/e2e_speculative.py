@@ -968,6 +968,16 @@ def round_ratios(results: List[Dict[str, Any]], label: str, against: str) -> Dic
     return ratios
 
 
+def _rounds_ratio(values: List[float]) -> str:
+    """``median (lowest-highest, rounds)`` of per-round ratios, ``-`` for none."""
+    return f"{lower_median(values):.3f} ({min(values):.3f}-{max(values):.3f}, {len(values)})" if values else "-"
+
+
+def _draft_verdict(values: List[float]) -> str:
+    """The :data:`DRAFT_BAR` verdict on the median of per-round ratios, ``-`` for none."""
+    return "-" if not values else ("met" if lower_median(values) >= DRAFT_BAR else "missed")
+
+
 def draft_model_table(results: List[Dict[str, Any]]) -> str:
     """Issue 22's speed table: DFLASH_BLOCK at W = B = 16 against SGLang's DFLASH, and at W = 4 against W = 16,
     per batch size: median tokens/s, the median of the per-round ratios and their range, the bar."""
@@ -978,17 +988,12 @@ def draft_model_table(results: List[Dict[str, Any]]) -> str:
             "bar", "W = 4 ÷ W = 16 (rounds)"]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
 
-    def ratio(values: List[float]) -> str:
-        if not values:
-            return "-"
-        return f"{lower_median(values):.3f} ({min(values):.3f}-{max(values):.3f}, {len(values)})"
-
     for b in DRAFT_BATCHES:
         figures = [r.get(label, {}).get((b, ACCEPTANCES[0])) for label in ("plain", native, block, part)]
         ratios = vs_native.get(b, [])
-        verdict = "-" if not ratios else ("met" if lower_median(ratios) >= DRAFT_BAR else "missed")
         rows.append("| " + " | ".join([str(b)] + ["-" if v is None else f"{v:.0f}" for v in figures]
-                                       + [ratio(ratios), verdict, ratio(vs_block.get(b, []))]) + " |")
+                                       + [_rounds_ratio(ratios), _draft_verdict(ratios),
+                                          _rounds_ratio(vs_block.get(b, []))]) + " |")
     return "\n".join(rows)
 
 
@@ -1028,13 +1033,10 @@ def overlap_table(results: List[Dict[str, Any]]) -> str:
             "native DFLASH overlap ÷ sync", "plain overlap ÷ sync"]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
 
-    def ratio(values: List[float]) -> str:
-        return f"{lower_median(values):.3f} ({min(values):.3f}-{max(values):.3f}, {len(values)})" if values else "-"
-
     for b in DRAFT_BATCHES:
         bar = ratios[0].get(b, [])
-        verdict = "-" if not bar else ("met" if lower_median(bar) >= DRAFT_BAR else "missed")
-        rows.append("| " + " | ".join([str(b), ratio(bar), verdict] + [ratio(r.get(b, [])) for r in ratios[1:]]) + " |")
+        rows.append("| " + " | ".join([str(b), _rounds_ratio(bar), _draft_verdict(bar)]
+                                      + [_rounds_ratio(r.get(b, [])) for r in ratios[1:]]) + " |")
     return "\n".join(rows)
 
 
