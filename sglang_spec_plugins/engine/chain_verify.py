@@ -59,8 +59,9 @@ class ChainVerifier:
             probs = point_mass(logits)
             if not info.is_all_greedy:
                 min_ps = each(info.min_ps) if info.need_min_p_sampling else None
-                sampled = target_probs(logits, each(info.temperatures), each(info.top_ks), each(info.top_ps), min_ps)
-                probs = torch.where(each(info.top_ks).view(-1, 1) > 1, sampled, probs)
+                top_ks = each(info.top_ks)
+                sampled = target_probs(logits, each(info.temperatures), top_ks, each(info.top_ps), min_ps)
+                probs = torch.where(top_ks.view(-1, 1) > 1, sampled, probs)
             rows, accept_lens = speculative_accept(chains, probs.view(bs, width, -1), greedy_next, draft_probs)
         if batch.return_logprob:
             self.logprobs(batch, logits_output, rows)
