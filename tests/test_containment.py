@@ -89,3 +89,31 @@ def test_a_drafters_own_refusal_is_guarded_and_falls_back_to_the_bases(contained
 def test_a_switched_off_drafter_is_not_asked_to_refuse(contained):
     contained.off = True
     assert contained.refusal(lambda req: _raise(AssertionError("asked")), lambda req: None, object()) is None
+
+
+def test_on_a_cpu_the_sync_check_raises_at_a_blocking_copy_to_a_device(monkeypatch):
+    """What torch's sync debug mode flags on a GPU, a CPU can still see in the code: ``.to(device)`` without
+    ``non_blocking=True`` (found on the H100 in the penalties' table, 2026-12-07); reads the step documents
+    (inside ``allowed_sync``), copies of dtype alone and SGLang's own code are left to the GPU's check."""
+    torch = pytest.importorskip("torch")
+    from sglang_spec_plugins.engine.containment import SYNC_CHECK_ENV, allowed_sync, sync_check
+
+    x = torch.zeros(3)
+    blocking = [lambda: x.to("cpu"), lambda: x.to(torch.device("cpu")), lambda: x.to(device="cpu"),
+                lambda: x.to("cpu", torch.float64, False)]
+    in_sglang = {"__name__": "sglang.srt.some_kernel", "x": x}
+    with sync_check("cpu"):  # the variable unset: nothing checked
+        [copy() for copy in blocking]
+    monkeypatch.setenv(SYNC_CHECK_ENV, "1")
+    with sync_check("cpu"):
+        for copy in blocking:
+            with pytest.raises(RuntimeError, match="synchronizing CUDA operation: Tensor.to to a device without "
+                                                   "non_blocking=True"):
+                copy()
+        x.to("cpu", non_blocking=True), x.to(torch.float64), x.to("cpu", torch.float64, True)
+        with allowed_sync():
+            x.to("cpu")
+        exec("x.to('cpu')", in_sglang)
+        with pytest.raises(RuntimeError):
+            x.to("cpu")  # checked again after allowed_sync
+    x.to("cpu")  # and not after the check

@@ -16,13 +16,18 @@ the worker serves plainly. A step whose drafter code took longer than
 :func:`sync_check` is how a step proves it never makes the host wait for
 the GPU: with ``SGLANG_SPEC_PLUGINS_SYNC_CHECK=1`` on a CUDA device, torch
 raises at the first call inside it that synchronises (``.item()``,
-``.tolist()``, ``.cpu()`` of a device tensor, ...), naming the line; a step's
-documented reads of the step before it are made inside :func:`allowed_sync`.
+``.tolist()``, ``.cpu()`` of a device tensor, a blocking copy to the device,
+...), naming the line; a step's documented reads of the step before it are
+made inside :func:`allowed_sync`. On a CPU, where nothing waits, the check
+raises at the one wait a CPU can still see in the bases' and drafters' code: a
+blocking copy to a device (``.to(device)`` or ``.cuda()`` without
+``non_blocking=True``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
 import os
 import time
@@ -136,18 +141,26 @@ class Containment:
 @contextlib.contextmanager
 def sync_check(device: Any) -> Iterator[None]:
     """Inside: any call that makes the host wait for a CUDA ``device`` raises, where
-    :data:`SYNC_CHECK_ENV` is ``1`` (else, and on other devices, nothing changes)."""
-    if os.environ.get(SYNC_CHECK_ENV) != "1" or not str(device).startswith("cuda"):
+    :data:`SYNC_CHECK_ENV` is ``1`` (else nothing changes); on a CPU ``device``, a
+    blocking copy to a device raises (:func:`blocking_copy`)."""
+    if os.environ.get(SYNC_CHECK_ENV) != "1":
         yield
         return
     import torch
 
+    if not str(device).startswith("cuda"):
+        with _blocking_copies():
+            yield
+        return
     before = torch.cuda.get_sync_debug_mode()
     torch.cuda.set_sync_debug_mode("error")
     try:
         yield
     finally:
         torch.cuda.set_sync_debug_mode(before)
+
+
+_WAITS_ALLOWED: contextvars.ContextVar[bool] = contextvars.ContextVar("waits_allowed", default=False)
 
 
 @contextlib.contextmanager
@@ -158,8 +171,43 @@ def allowed_sync() -> Iterator[None]:
     before = torch.cuda.get_sync_debug_mode() if torch.cuda.is_available() else 0
     if before:
         torch.cuda.set_sync_debug_mode(0)
+    token = _WAITS_ALLOWED.set(True)
     try:
         yield
     finally:
+        _WAITS_ALLOWED.reset(token)
         if before:
             torch.cuda.set_sync_debug_mode(before)
+
+
+def blocking_copy(func: Any, args: tuple, kwargs: dict) -> bool:
+    """Whether a torch call copies to a device without ``non_blocking=True``: ``Tensor.to``
+    given a device (a ``str`` or ``torch.device``, positional or ``device=``), or
+    ``Tensor.cuda``. On a GPU such a copy of a host tensor waits for the device."""
+    import torch
+
+    if func is not torch.Tensor.cuda and not (func is torch.Tensor.to and (
+            "device" in kwargs or any(isinstance(a, (str, torch.device)) for a in args[1:2]))):
+        return False
+    return not kwargs.get("non_blocking", False) and True not in args[2:]
+
+
+def _blocking_copies() -> Any:
+    """A torch function mode in which a :func:`blocking_copy` made by code outside SGLang
+    (the bases', a drafter's) raises, outside :func:`allowed_sync`. A CPU cannot tell
+    a host tensor from one already on the device (where CUDA does not wait), so SGLang's
+    own code, which a GPU's check judges, is left out."""
+    import sys
+
+    from torch.overrides import TorchFunctionMode
+
+    class BlockingCopies(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if not _WAITS_ALLOWED.get() and blocking_copy(func, args, kwargs) \
+                    and not sys._getframe(1).f_globals.get("__name__", "").startswith("sglang."):
+                raise RuntimeError(f"called a synchronizing CUDA operation: Tensor.{func.__name__} to a device without "
+                                   "non_blocking=True (a blocking copy waits for the GPU)")
+            return func(*args, **kwargs)
+
+    return BlockingCopies()

@@ -75,7 +75,7 @@ def _penalise(logits: Any, batch: Any, chains: Any, rows: List[int], outputs: Li
         # the sum SGLang's penalizer builds for c occurrences: c float32 additions of the penalty, in order
         sums = numpy.zeros((len(rows), longest + 1), dtype=numpy.float32)
         sums[:, 1:] = numpy.asarray(frequency, dtype=numpy.float32)[:, None]
-        table = torch.from_numpy(numpy.add.accumulate(sums, axis=1, dtype=numpy.float32)).to(device)
+        table = torch.from_numpy(numpy.add.accumulate(sums, axis=1, dtype=numpy.float32)).to(device, non_blocking=True)
         view -= table.gather(1, counts.reshape(len(rows), -1).long()).view(counts.shape)
     present = counts > 0
     if any(p.presence_penalty for p in params):

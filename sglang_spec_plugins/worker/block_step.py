@@ -186,7 +186,7 @@ def draft_block_worker_base() -> type:
             if on_publish is not None:
                 on_publish(new_seq_lens)
             positions = torch.cat([torch.arange(start, start + length, dtype=torch.int64)
-                                   for start, length in zip(batch.prefix_lens, batch.extend_lens)]).to(self.device)
+                                   for start, length in zip(batch.prefix_lens, batch.extend_lens)]).to(self.device, non_blocking=True)
             self._write_context_kv(out.logits_output.hidden_states, batch.out_cache_loc.to(torch.int64), positions)
             out.logits_output.hidden_states = None
             first = out.next_token_ids.unsqueeze(1)

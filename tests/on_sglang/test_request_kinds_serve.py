@@ -26,10 +26,13 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import os
 import re
+import sys
 
 import pytest
 
+from sglang_spec_plugins.engine.containment import SYNC_CHECK_ENV
 from sglang_spec_plugins.engine.probe import method_source
 from sglang_spec_plugins.engine.worker_contract import contract
 from sglang_spec_plugins.testing.distribution import goodness_of_fit
@@ -71,6 +74,9 @@ TOKEN_IDS_IN_MIXED_BATCHES = "new_empty" in (method_source("sglang.srt.layers.lo
 its result processor calls ``.tolist()`` on the plain list it gave that request, so plain decoding itself fails
 such a batch), where the logprob request asks for them."""
 
+SYNC_CHECKED = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), **{SYNC_CHECK_ENV: "1"})
+"""Every serving process runs the plugins' steps under :func:`~sglang_spec_plugins.engine.containment.sync_check`:
+a blocking copy to the device in a step (one that would make the host wait for the GPU) stops the scheduler."""
 REQUESTS = [
     request("repetitive", [5, 17, 33, 48, 61, 5, 17, 33, 48, 61, 5, 17], 16),
     request("mixed", [9, 200, 14, 77, 130, 41, 9, 200, 14, 250], 16),
@@ -133,7 +139,7 @@ def _serve(tmp_path, models, name, overlap, requests=REQUESTS, **options):
                           .replace("{{", "{").replace("}}", "}"))
         result = serve_in_a_process(algorithm, config, ndt=BLOCK, model=target,
                                     draft=draft if algorithm == "DFLASH_BLOCK" else None, requests=requests,
-                                    overlap=overlap, tokenizer=True, **options)
+                                    overlap=overlap, tokenizer=True, env=SYNC_CHECKED, **options)
         error = result.get("error") or ""
         if result["served"] or "--attention-backend triton" not in error or "is refused" not in error:
             break
