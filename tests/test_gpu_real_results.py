@@ -183,16 +183,19 @@ def kinds_record(label, outputs, logprobs, texts, finishes, error_kind=None):
 
 def test_every_request_kind_against_plain_decoding():
     """compare.py --kinds: identical requests per kind, the logprob gap up to the first differing token only,
-    JSON texts that parse, sampled requests run to their length, and a kind that failed."""
+    JSON texts that parse, sampled requests run to their length, a kind that failed, and an engine that stopped
+    before any kind ran (its log's error)."""
     plain = kinds_record("rlo_kinds_base_cg", [[1, 2, 3], [4, 5, 6]], [[-0.5, -1.0, -2.0], [-0.1, -0.2, -0.3]],
                          ['{"a": 1}', '{"a"'], ["length", "length"])
     spec = kinds_record("rlo_kinds_pl_cg", [[1, 2, 3], [4, 9, 6]], [[-0.5, -1.004, -2.0], [-0.1, -5.0, -9.0]],
                         ['{"a": 1}', '{"b": 2}'], ["{'type': 'length', 'length': 3}", "abort"])
     failed = kinds_record("rlo_kinds_block_cg", [[1, 2, 3], [4, 5, 6]], [[-0.5, -1.0, -2.0], [-0.1, -0.2, -0.3]],
                           ["", ""], ["length", "length"], error_kind="json")
-    records = {r["label"]: r for r in (plain, spec, failed)}
+    stopped = {"label": "rlo_kinds_sbd_cg", "ok": False, "failure": "called a synchronizing CUDA operation"}
+    records = {r["label"]: r for r in (plain, spec, failed, stopped)}
     rows = {(r["engine"], r["kind"]): r for r in compare.kinds_rows(records, "rlo")}
-    assert {engine for engine, _ in rows} == {"rlo_kinds_pl_cg", "rlo_kinds_block_cg"}
+    assert {engine for engine, _ in rows} == {"rlo_kinds_pl_cg", "rlo_kinds_block_cg", "rlo_kinds_sbd_cg"}
+    assert rows[("rlo_kinds_sbd_cg", "-")]["error"] == "called a synchronizing CUDA operation"  # stopped before any kind
     assert (rows[("rlo_kinds_pl_cg", "penalised")]["identical"], rows[("rlo_kinds_pl_cg", "penalised")]["requests"]) == (1, 2)
     # the second request differs at its second token: its logprobs from there on have another context
     assert rows[("rlo_kinds_pl_cg", "logprob")]["logprob_gap"] == pytest.approx(0.004)

@@ -291,11 +291,17 @@ def kinds_rows(records: Dict[str, dict], prefix: str) -> List[dict]:
     (None for ``sampled``: its tokens are drawn), ``logprob_gap`` (the largest logprob difference over the tokens
     both engines committed before their outputs first differ, ``logprob`` only), ``json_parsed`` (texts that parse
     as a JSON object, ``json`` only), ``served`` (requests that ran to their length, ``sampled`` only) and
-    ``error`` (the kind failed)."""
+    ``error`` (the kind failed); an engine that stopped before any kind ran, one row of kind ``-`` whose ``error`` is
+    its log's last error line."""
     base = records.get(f"{prefix}_kinds_base_cg", {}).get("kinds", {})
     rows = []
     for label, record in records.items():
-        if not label.startswith(f"{prefix}_kinds_") or label == f"{prefix}_kinds_base_cg" or "kinds" not in record:
+        if not label.startswith(f"{prefix}_kinds_") or label == f"{prefix}_kinds_base_cg":
+            continue
+        if "kinds" not in record:
+            rows.append({"engine": label, "kind": "-", "error": record.get("refusal") or record.get("failure")
+                         or record.get("error", "no kind ran"), "identical": None, "requests": None,
+                         "logprob_gap": None, "json_parsed": None, "served": None})
             continue
         for kind, found in record["kinds"].items():
             row = {"engine": label, "kind": kind, "error": found.get("error"), "identical": None, "requests": None,
