@@ -973,7 +973,7 @@ def _rounds_ratio(values: List[float]) -> str:
     return f"{lower_median(values):.3f} ({min(values):.3f}-{max(values):.3f}, {len(values)})" if values else "-"
 
 
-def _draft_verdict(values: List[float]) -> str:
+def draft_verdict(values: List[float]) -> str:
     """The :data:`DRAFT_BAR` verdict on the median of per-round ratios, ``-`` for none."""
     return "-" if not values else ("met" if lower_median(values) >= DRAFT_BAR else "missed")
 
@@ -992,7 +992,7 @@ def draft_model_table(results: List[Dict[str, Any]]) -> str:
         figures = [r.get(label, {}).get((b, ACCEPTANCES[0])) for label in ("plain", native, block, part)]
         ratios = vs_native.get(b, [])
         rows.append("| " + " | ".join([str(b)] + ["-" if v is None else f"{v:.0f}" for v in figures]
-                                       + [_rounds_ratio(ratios), _draft_verdict(ratios),
+                                       + [_rounds_ratio(ratios), draft_verdict(ratios),
                                           _rounds_ratio(vs_block.get(b, []))]) + " |")
     return "\n".join(rows)
 
@@ -1035,7 +1035,7 @@ def overlap_table(results: List[Dict[str, Any]]) -> str:
 
     for b in DRAFT_BATCHES:
         bar = ratios[0].get(b, [])
-        rows.append("| " + " | ".join([str(b), _rounds_ratio(bar), _draft_verdict(bar)]
+        rows.append("| " + " | ".join([str(b), _rounds_ratio(bar), draft_verdict(bar)]
                                       + [_rounds_ratio(r.get(b, [])) for r in ratios[1:]]) + " |")
     return "\n".join(rows)
 

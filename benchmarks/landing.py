@@ -40,6 +40,8 @@ CURRENT: Dict[str, Any] = {
                         "benchmarks/results/e2e_speculative_h200_asleep_references.jsonl",
                         "benchmarks/results/e2e_speculative_h200_asleep_sync.jsonl"]},
     "dflash": [("benchmarks/results/e2e_speculative_h200_together_rerun.jsonl", "dummy weights")],
+    # both with SGLang's overlap scheduler, each group with a plain_sync control (issue 48)
+    "dflash_overlap": "benchmarks/results/e2e_speculative_h100_overlap.jsonl",
     # W = 4 ran only before DFLASH_BLOCK's masked write went (HISTORY.md)
     "dflash_w4": "benchmarks/results/e2e_speculative_h200_together.jsonl",
     "prompt_lookup": ("tools/gpu/results/engine", "2026-12-01"),  # its records carry no date: its README's
@@ -51,7 +53,6 @@ CURRENT: Dict[str, Any] = {
 """The result files each block reads, relative to the repository root."""
 
 NOT_YET: Dict[str, List[str]] = {
-    "dflash": ["8B shape, overlap on"],
     "against_plain": ["8B shape, overlap on"],
     "by_acceptance": ["overlap on; a trained target"],
 }
@@ -64,9 +65,9 @@ HISTORY: Dict[str, str] = {
     "benchmarks/results/e2e_speculative_h200_asleep_ndt16.jsonl": "2026-12-03-later-idle-engines-asleep",
     "benchmarks/results/e2e_speculative_h200_together_rerun.jsonl":
         "2026-12-02-the-next-session-rerun-after-two-host-waits-were-removed",
-    "benchmarks/results/e2e_speculative_h200_together.jsonl":
-        "2026-12-02-later-engines-resident-together-three-interleaved-rounds",
     "benchmarks/results/startup.json": "start-up-startuppy",
+    "benchmarks/results/e2e_speculative_h100_overlap.jsonl":
+        "2026-12-07-overlap-on-dflash_block-and-native-dflash",
     "tools/gpu/results/real": "2026-12-06-a-target-and-draft-trained-on-the-h100-every-drafter-with-overlap-on",
 }
 """The note in results/HISTORY.md (its heading's anchor) of each result file a block links."""
@@ -130,9 +131,11 @@ def _overlap(records: List[Dict[str, Any]], names: Dict[str, str]) -> str:
     on = [names[label] for label in names if label in ran and e2e.overlap_schedule(ran[label])]
     off = [names[label] for label in names if label in ran and not e2e.overlap_schedule(ran[label])]
     if not on:
-        return f"the overlap scheduler off (`--disable-overlap-schedule`) for all {len(off)} engines"
+        return f"the overlap scheduler off for all {len(off)} engines"
+    if not off:
+        return f"overlap scheduler on: {', '.join(on)}"
     listed = ", ".join(off) if len(off) <= 3 else f"the other {len(off)} engines"
-    return f"overlap scheduler on: {', '.join(on)}; off (`--disable-overlap-schedule`): {listed or 'none'}"
+    return f"overlap scheduler on: {', '.join(on)}; off: {listed}"
 
 
 def _history(path: str) -> str:
@@ -222,10 +225,7 @@ def width_worth() -> str:
 
 
 NATIVE, BLOCK, BLOCK_W4 = "dflash_native_ndt16", "dflash_block_ndt16", "dflash_block_w4_ndt16"
-
-
-def _figure(value: Optional[float]) -> str:
-    return "-" if value is None else f"{value:.2f}"
+OVERLAPPED = {label: label.replace("_ndt16", "_ovl_ndt16") for label in (NATIVE, BLOCK, BLOCK_W4)}
 
 
 def _median_and_range(values: List[float]) -> str:
@@ -236,29 +236,51 @@ def dflash() -> str:
     names = {"plain": "plain", NATIVE: "native DFLASH", BLOCK: "DFLASH_BLOCK", BLOCK_W4: "DFLASH_BLOCK W = 4"}
     earlier = e2e.read_results(_path(CURRENT["dflash_w4"]))
     w4 = e2e.round_ratios(earlier, BLOCK_W4, BLOCK)
-    head = ["draft", "batch", "plain", "native DFLASH", "DFLASH_BLOCK W = B = 16",
-            "DFLASH_BLOCK ÷ native: median of rounds (range)",
-            f"bar (≥ {e2e.DRAFT_BAR})", "committed / verify step: native, DFLASH_BLOCK", "W = 4 ÷ W = 16 ¹"]
+    head = ["draft", "batch", "plain", "native DFLASH", "DFLASH_BLOCK",
+            "DFLASH_BLOCK ÷ native: median (range)", f"bar (≥ {e2e.DRAFT_BAR})", "W = 4 ÷ W = 16 ¹"]
     rows, captions = [], []
     for path, draft in CURRENT["dflash"]:
         records = e2e.read_results(_path(path))
-        r, committed = e2e.cells(records), e2e.cells(records, "committed_per_verify")
-        ratios = e2e.round_ratios(records, BLOCK, NATIVE)
-        for b in e2e.DRAFT_BATCHES:
-            key = (b, e2e.ACCEPTANCES[0])
-            figures = [r.get(label, {}).get(key) for label in ("plain", NATIVE, BLOCK)]
-            verdict = "-" if not ratios.get(b) else ("met" if e2e.lower_median(ratios[b]) >= e2e.DRAFT_BAR else "missed")
-            rows.append([draft, str(b)] + ["-" if v is None else f"{v:.0f}" for v in figures]
-                        + [_median_and_range(ratios.get(b, [])), verdict,
-                           ", ".join(_figure(committed.get(label, {}).get(key)) for label in (NATIVE, BLOCK)),
-                           _median_and_range(w4.get(b, []))])
-        captions.append(f"- {draft} ({_link(path)}): Llama-3-8B-shaped target, two-layer DFlash-layout draft, blocks of 16, "
-                        f"flashinfer, CUDA graphs, engines resident together, {_rounds(records)}; {_run_of(records)}, "
+        rows += _dflash_rows(draft, e2e.cells(records), ("plain", NATIVE, BLOCK), e2e.round_ratios(records, BLOCK, NATIVE), w4)
+        captions.append(f"- {draft} ({_link(path)}): Llama-3-8B shape, two-layer DFlash draft, blocks of 16, W = B, "
+                        f"flashinfer, CUDA graphs, resident together, {_rounds(records)}; {_run_of(records)}, "
                         f"{_history(path)}; {_overlap(records, names)}.")
-    note = (f"¹ Verifying 4 of the 16 drafted tokens; run only in {_link(CURRENT['dflash_w4'])} ({_run_of(earlier)}, "
-            f"{_history(CURRENT['dflash_w4'])}), before DFLASH_BLOCK's mid-step host wait was removed. Dummy weights accept no "
-            "draft: this times the machinery. Outputs and verify steps equal native DFLASH's ([draft](../tools/gpu/results/draft/README.md)).")
+    path = CURRENT["dflash_overlap"]
+    records = _latest(e2e.read_results(_path(path)))
+    rows += _dflash_rows("overlap", e2e.cells(records), ("plain", OVERLAPPED[NATIVE], OVERLAPPED[BLOCK]),
+                         dflash_overlap_ratios(), e2e.group_round_ratios(records, OVERLAPPED[BLOCK_W4], OVERLAPPED[BLOCK]))
+    captions.append(f"- overlap ({_link(path)}): the same, a `plain_sync` control per group, {_rounds(records)}; "
+                    f"{_run_of(records)}, {_history(path)}; "
+                    f"{_overlap(records, {OVERLAPPED[NATIVE]: 'native DFLASH', OVERLAPPED[BLOCK]: 'DFLASH_BLOCK'})}.")
+    note = (f"¹ Verifying 4 of the 16 drafted tokens; the first rows' from {_link(CURRENT['dflash_w4'])} "
+            f"({_run_of(earlier)}), before a host wait was removed. Dummy weights "
+            "accept no draft: this times the machinery; outputs and verify steps equal native DFLASH's "
+            "([draft](../tools/gpu/results/draft/README.md)).")
     return "\n".join(captions + ["", *_rows(head, rows + _not_yet("dflash", len(head))), "", note])
+
+
+def _dflash_rows(draft: str, r: Dict[str, Dict[tuple, float]], labels: tuple, ratios: Dict[int, List[float]],
+                 w4: Dict[int, List[float]]) -> List[List[str]]:
+    """The ``dflash`` block's rows of one run: tokens/s of ``labels`` (plain, native, DFLASH_BLOCK), the ratios'
+    median and range per batch, the bar, W = 4 ÷ W = 16."""
+    rows = []
+    for b in e2e.DRAFT_BATCHES:
+        figures = [r.get(label, {}).get((b, e2e.ACCEPTANCES[0])) for label in labels]
+        rows.append([draft, str(b)] + ["-" if v is None else f"{v:.0f}" for v in figures]
+                    + [_median_and_range(ratios.get(b, [])), e2e.draft_verdict(ratios.get(b, [])),
+                       _median_and_range(w4.get(b, []))])
+    return rows
+
+
+def _latest(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """The records a run's tables read: of a group run twice, the later one's (``e2e.group_round_ratios``)."""
+    return list({(tuple(r.get("group") or ()), r["label"]): r for r in records}.values())
+
+
+def dflash_overlap_ratios() -> Dict[int, List[float]]:
+    """Per batch, DFLASH_BLOCK ÷ native DFLASH per round, both with SGLang's overlap scheduler."""
+    records = e2e.read_results(_path(CURRENT["dflash_overlap"]))
+    return e2e.group_round_ratios(records, OVERLAPPED[BLOCK], OVERLAPPED[NATIVE])
 
 
 # -- plugins against plain decoding and SGLang's NGRAM --------------------------------------------------------------
@@ -439,7 +461,8 @@ def glance() -> str:
         f"{_span(_over_width16(row) for row in at_biggest)}x "
         f"width 16's tokens/s (acceptance {min(e2e.ACCEPTANCES)}-{max(e2e.ACCEPTANCES)}).",
         f"- **[DFLASH_BLOCK against native DFLASH](#dflash_block-against-native-dflash)**: {_span(medians, '{:.3f}')}x native's "
-        f"tokens/s at batch {min(ratios)}-{max(ratios)} (median of rounds), the same outputs and verify steps.",
+        f"tokens/s at batch {min(ratios)}-{max(ratios)} (median of rounds), the same outputs and verify steps; both with "
+        f"overlap, {_span((e2e.lower_median(v) for v in dflash_overlap_ratios().values()), '{:.3f}')}x.",
         f"- **[Plugins against plain decoding](#plugins-against-plain-decoding-and-ngram)**: the acceptance controller "
         f"(ndt 16) ran {_span(by_batch[1])}x plain decoding at batch 1 and {_span(by_batch[biggest])}x at batch {biggest} "
         f"(acceptance {min(e2e.ACCEPTANCES)}-{max(e2e.ACCEPTANCES)}); {overlapped}, and SGLang's own decoding without "
@@ -525,7 +548,7 @@ BLOCKS: Dict[str, Callable[[], str]] = {
 
 
 def _markers(name: str) -> tuple:
-    return f"<!-- landing:{name} (generated by: python3 benchmarks/landing.py) -->", f"<!-- /landing:{name} -->"
+    return f"<!-- landing:{name} (python3 benchmarks/landing.py writes it) -->", f"<!-- /landing:{name} -->"
 
 
 def page(text: str) -> str:

@@ -195,6 +195,22 @@ def test_the_committed_rounds_are_the_history_s_tables(path):
         assert table in history
 
 
+OVERLAP_RUN = ROOT / "benchmarks" / "results" / "e2e_speculative_h100_overlap.jsonl"
+"""Issue 48's run: native DFLASH and DFLASH_BLOCK with and without SGLang's overlap scheduler, on an H100."""
+
+
+def test_the_committed_overlap_run_is_the_history_s_table():
+    results = e2e.read_results(OVERLAP_RUN)
+    assert {r["device"] for r in results} == {"NVIDIA H100 80GB HBM3"}, "results from another machine"
+    for r in results:  # overlapped exactly where the engine's entry says so (plain: SGLang's default)
+        assert r["overlap_schedule"] is (r["label"] == "plain" or bool(e2e.spec_of(r["label"]).get("overlap"))), r["label"]
+    last = {(tuple(r["group"]), r["label"]): r for r in results}  # a group run again: its later records are read
+    assert all(len(r["rounds"]) == 3 and r["cells"] == e2e.median_cells(r["rounds"]) for r in last.values())
+    table = e2e.overlap_table(results)
+    assert table in HISTORY.read_text()
+    assert table.count("| met |") == 2 and table.count("| missed |") == 2  # batch 32 and 64 met, 1 and 8 missed
+
+
 def test_the_history_has_joined_tables_to_check():
     assert len(JOINED) == 4
 
