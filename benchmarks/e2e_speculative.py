@@ -126,6 +126,12 @@ engine runs synchronously (``--disable-overlap-schedule``) unless its entry says
 ``*_ovl_*`` engines: SGLang's default, its overlap scheduler). Every engine sets ``--max-running-requests`` to its
 largest batch, so SGLang's reset of a speculative engine's cap to 48 (0.5.16, when the flag is left out) applies
 to none: native DFLASH and DFLASH_BLOCK serve 64 requests at once alike."""
+OVL = "_ovl"
+"""The infix of an engine SGLang's overlap scheduler serves: ``controller_ovl_ndt8`` is ``controller_ndt8`` overlapped."""
+ENGINES.update({label.replace("_ndt", f"{OVL}_ndt"): dict(spec, overlap=True) for label, spec in list(ENGINES.items())
+                if spec["kind"] in ("static", "by_batch", "controller", "ngram") and not spec.get("overlap")})
+"""Issue 48's controlled-acceptance engines with overlap: each static width, widths by batch size, the controller
+and NGRAM (SGLang's default for it from 0.5.16), judged against plain decoding, which runs overlapped too."""
 BUILD_SEP = "@"
 """``LABEL@BUILD`` (in ``--labels``/``--only``) is the engine ``LABEL`` served by another build of this package and
 its examples: its processes find them in :func:`build_site` ``(BUILD)`` instead of :data:`SITE`
@@ -744,8 +750,9 @@ def cells(results: List[Dict[str, Any]], key: str = "tokens_per_s") -> Dict[str,
     return out
 
 
-def static_label(width: int) -> str:
-    return f"static{width}_ndt{8 if width < 16 else 16}"
+def static_label(width: int, ovl: str = "") -> str:
+    """The static engine of ``width`` (``ovl``: :data:`OVL` for its overlapped twin)."""
+    return f"static{width}{ovl}_ndt{8 if width < 16 else 16}"
 
 
 def with_others(results: List[Dict[str, Any]], others: List[List[Dict[str, Any]]]) -> List[Dict[str, Any]]:
@@ -761,24 +768,26 @@ def with_others(results: List[Dict[str, Any]], others: List[List[Dict[str, Any]]
     return results + added
 
 
-def bar_cells(results: List[Dict[str, Any]], ndt: int) -> List[Dict[str, Any]]:
+def bar_cells(results: List[Dict[str, Any]], ndt: int, ovl: str = "") -> List[Dict[str, Any]]:
     """Issue 23's bar per (acceptance, batch) at ``ndt`` (empty for a run without this ndt's controller and
-    static ndt): ``tokens_per_s`` of each engine (``None`` where it did not run), ``best_width`` (the static width
+    static ndt), of the synchronous engines, or with ``ovl`` (:data:`OVL`) of the overlapped ones:
+    ``tokens_per_s`` of each engine (``None`` where it did not run), ``best_width`` (the static width
     with the most tokens/s), ``vs_best``, ``vs_ndt`` and ``vs_plain`` (the controller's ratios; ``None`` where an
     engine is missing), ``ndt_is_best``, ``verdict`` (:func:`bar_verdict`, ``-`` where an engine is missing) and
     ``committed`` (committed tokens per verify step of each engine)."""
     results = [rec for rec in results if not draft_model(rec["label"])]  # draft_model_table's
     r, committed = cells(results), cells(results, "committed_per_verify")
-    if f"controller_ndt{ndt}" not in r and static_label(ndt) not in r:
+    controller = f"controller{ovl}_ndt{ndt}"
+    if controller not in r and static_label(ndt, ovl) not in r:
         return []
     statics = [w for w in (2, 4, 8, 16) if w <= ndt]
-    labels = ["plain"] + [static_label(w) for w in statics] + [f"by_batch_ndt{ndt}", f"controller_ndt{ndt}", f"ngram_ndt{ndt}"]
+    labels = ["plain"] + [static_label(w, ovl) for w in statics] + [f"by_batch{ovl}_ndt{ndt}", controller, f"ngram{ovl}_ndt{ndt}"]
     out = []
     for a in ACCEPTANCES:
         for b in BATCHES:
             values = {label: r.get(label, {}).get((b, a)) for label in labels}
-            ctl, plain = values[f"controller_ndt{ndt}"], values["plain"]
-            static = {w: values[static_label(w)] for w in statics}
+            ctl, plain = values[controller], values["plain"]
+            static = {w: values[static_label(w, ovl)] for w in statics}
             ran = {w: v for w, v in static.items() if v is not None}
             best_width = max(ran, key=ran.get) if ran else None
             row = {"batch": b, "acceptance": a, "tokens_per_s": values, "best_width": best_width, "vs_best": None,
@@ -794,12 +803,14 @@ def bar_cells(results: List[Dict[str, Any]], ndt: int) -> List[Dict[str, Any]]:
 
 
 def tables(results: List[Dict[str, Any]], ndts=NDTS) -> str:
-    """Per ndt of ``ndts`` whose controller or static ndt ran, one markdown table of tokens/s and the bar's
-    ratios per (batch, acceptance) (:func:`bar_cells`), and the engines' graph capture time and memory."""
+    """Per ndt of ``ndts`` whose controller or static ndt ran, synchronous and then overlapped (:data:`OVL`), one
+    markdown table of tokens/s and the bar's ratios per (batch, acceptance) (:func:`bar_cells`; overlapped, also
+    the lowest of the plugin engines ÷ plain and the controller ÷ NGRAM, issue 48's bar), and the engines' graph
+    capture time and memory."""
     results = [rec for rec in results if not draft_model(rec["label"])]  # draft_model_table's
     parts = []
-    for ndt in ndts:
-        rows_of_bar = bar_cells(results, ndt)
+    for ndt, ovl in [(ndt, ovl) for ndt in ndts for ovl in ("", OVL)]:
+        rows_of_bar = bar_cells(results, ndt, ovl)
         if not rows_of_bar:
             continue  # a run without this ndt's own engines
         statics = [w for w in (2, 4, 8, 16) if w <= ndt]
@@ -807,17 +818,20 @@ def tables(results: List[Dict[str, Any]], ndts=NDTS) -> str:
                                                                                          "ctl ÷ best static", f"ctl ÷ static {ndt}",
                                                                                          "ctl ÷ plain", "bar",
                                                                                          "committed/verify: static 4, ctl"]
-        rows = [f"**ndt {ndt}**, tokens/s (CUDA graphs, flashinfer)", "", "| " + " | ".join(head) + " |",
+        head += ["lowest plugin ÷ plain", "ctl ÷ NGRAM"] if ovl else []
+        title = f"**ndt {ndt}**" + (", SGLang's overlap scheduler on" if ovl else "")
+        rows = [f"{title}, tokens/s (CUDA graphs, flashinfer)", "", "| " + " | ".join(head) + " |",
                 "|" + "---|" * len(head)]
         for row in rows_of_bar:
             ratios = ["-"] * 3
             if row["vs_best"] is not None:
                 ratios = [f"{row['vs_best']:.2f}", f"{row['vs_ndt']:.2f}" + ("" if not row["ndt_is_best"] else " (best)"),
                           f"{row['vs_plain']:.2f}"]
-            per_verify = [row["committed"].get(static_label(4)), row["committed"][f"controller_ndt{ndt}"]]
+            per_verify = [row["committed"].get(static_label(4, ovl)), row["committed"][f"controller{ovl}_ndt{ndt}"]]
             rows.append("| " + " | ".join([str(row["batch"]), f"{row['acceptance']}"]
                                            + ["-" if v is None else f"{v:.0f}" for v in row["tokens_per_s"].values()]
-                                           + ratios + [row["verdict"], ", ".join("-" if v is None else f"{v:.2f}" for v in per_verify)])
+                                           + ratios + [row["verdict"], ", ".join("-" if v is None else f"{v:.2f}" for v in per_verify)]
+                                           + (_against_plain_and_ngram(row, ndt) if ovl else []))
                         + " |")
         parts.append("\n".join(rows))
     head = ["engine", "start s", "decode graphs: capture s", "memory GB (SGLang's log)", "estimate: graphs, logit GB",
@@ -833,6 +847,16 @@ def tables(results: List[Dict[str, Any]], ndts=NDTS) -> str:
                                        str(rec.get("controller_switches_logged", "-"))]) + " |")
     parts.append("\n".join(rows))
     return "\n\n".join(parts)
+
+
+def _against_plain_and_ngram(row: Dict[str, Any], ndt: int) -> List[str]:
+    """An overlapped row's issue-48 ratios: the slowest plugin engine ÷ plain (bar 0.98: :data:`BAR`), and the
+    controller ÷ NGRAM (bar 1.0); ``-`` where an engine is missing."""
+    speeds = row["tokens_per_s"]
+    plain, ctl, ngram = speeds["plain"], speeds[f"controller{OVL}_ndt{ndt}"], speeds[f"ngram{OVL}_ndt{ndt}"]
+    plugins = [v for label, v in speeds.items() if v is not None and label != "plain" and not label.startswith("ngram")]
+    lowest = f"{min(plugins) / plain:.2f}" if plugins and plain else "-"
+    return [lowest, "-" if None in (ctl, ngram) else f"{ctl / ngram:.2f}"]
 
 
 SWITCH_BAR = 1.01

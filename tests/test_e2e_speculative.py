@@ -66,11 +66,14 @@ def test_each_engine_s_plugins_toml_is_valid_at_its_ndt(tmp_path, label):
     assert cost["logit_bytes"] < 2 * 1024 ** 3  # the graphs' logits fit beside the KV of mem_fraction_static 0.75
 
 
-def synthetic(speedup):
-    """A results file whose speculative cells run ``speedup(label, batch, acceptance)`` times plain's."""
+def synthetic(speedup, overlapped=False):
+    """A results file whose speculative cells run ``speedup(label, batch, acceptance)`` times plain's: of the
+    synchronous engines, or with ``overlapped`` of the overlapped ones."""
     plain = {b: 1000.0 * b ** 0.8 for b in e2e.BATCHES}
     results = []
     for label, spec in e2e.ENGINES.items():
+        if label != "plain" and bool(spec.get("overlap")) != overlapped:
+            continue
         per = (None,) if spec["kind"] in ("plain", "ngram") else e2e.ACCEPTANCES
         results.append({"label": label, "ok": True, **spec, "target_verify_graph_capture_s": 3.0, "target_verify_graph_mem_gb": 1.5,
                         "graphs_estimate": e2e.graphs_estimate(spec) if spec["kind"] in ("by_batch", "controller") else None,
@@ -116,6 +119,29 @@ def by_width(statics, controller):
             return statics[int(label[6:label.index("_")])]
         return controller if label.startswith("controller") else 1.0
     return speedup
+
+
+def test_the_overlapped_engines_get_tables_of_their_own_with_issue_48_s_ratios():
+    """Each controlled-acceptance engine has an overlapped twin; their tables follow the synchronous ones, judged
+    the same way, with the slowest plugin engine ÷ plain and the controller ÷ NGRAM beside."""
+    twins = {label for label, spec in e2e.ENGINES.items() if spec.get("overlap") and not e2e.draft_model(label)}
+    assert twins == {label.replace("_ndt", e2e.OVL + "_ndt") for label, spec in e2e.ENGINES.items()
+                     if spec["kind"] in ("static", "by_batch", "controller", "ngram") and not spec.get("overlap")}
+    assert all(e2e.engine_kwargs(e2e.ENGINES[label]).get("disable_overlap_schedule") is None for label in twins)
+
+    def speedup(label, batch, acceptance):
+        if label.startswith("static"):
+            return {2: 1.4, 4: 1.8, 8: 1.6, 16: 1.2}[int(label[6:label.index("_")])]
+        if label.startswith("controller"):
+            return 1.76
+        return 0.9 if label.startswith("by_batch") else 1.0  # by batch: below 0.98 of plain
+
+    text = e2e.tables(synthetic(speedup, overlapped=True))
+    assert "**ndt 8**, SGLang's overlap scheduler on" in text and "**ndt 16**, SGLang's overlap scheduler on" in text
+    assert "| lowest plugin ÷ plain | ctl ÷ NGRAM |" in text
+    ndt8 = text.split("**ndt 16**")[0]
+    assert ndt8.count("| 0.90 | 1.76 |") == len(e2e.BATCHES) * len(e2e.ACCEPTANCES)
+    assert "**ndt 8**, tokens/s" not in text  # no synchronous engine ran
 
 
 def test_tables_mark_a_met_cell_and_where_ndt_is_the_best_width():
