@@ -38,6 +38,13 @@ def overlap_scheduled(server_args: Any) -> bool:
         return not getattr(server_args, "disable_overlap_schedule", True)
 
 
+def steps_in_flight(server_args: Any) -> int:
+    """How many of a worker's steps may still run on the device when its next step
+    starts: 1 under SGLang's overlap scheduler (:func:`overlap_scheduled`), else 0.
+    What a step reads of its own earlier results it reads this many steps late."""
+    return int(overlap_scheduled(server_args))
+
+
 def verify_backends(server_args: Any) -> Dict[str, str]:
     """The attention backend each worker runs TARGET_VERIFY through, as the
     operator named it (``{}`` where none is named: SGLang picks one later, and

@@ -10,7 +10,7 @@ from ..engine.algorithm import policy_for
 from ..engine.chain_verify import ChainVerifier
 from ..engine.containment import FAULT, Containment, allowed_sync, sync_check
 from ..engine.draft_worker import draft_model_worker_base, sglang_name
-from ..engine.facts import overlap_scheduled
+from ..engine.facts import overlap_scheduled, steps_in_flight
 from ..engine.request_kinds import refusal, refuse_unservable
 from ..engine.request_rules import needs_host_tokens
 from ..engine.step_output import cache_locations, idle_result, step_result, verify_positions
@@ -107,6 +107,7 @@ def draft_block_worker_base() -> type:
             self.device = target_worker.model_runner.device
             self.vocab_size = target_worker.model_runner.model_config.vocab_size
             self.overlap = overlap_scheduled(server_args)
+            self._in_flight = steps_in_flight(server_args)
             self.contained = Containment(self.policy, self.policy.max_faulted_steps)
             self._contract = contract()
             self._verify_chains = ChainVerifier(self._contract)
@@ -220,7 +221,7 @@ def draft_block_worker_base() -> type:
         def _decode(self, batch, on_publish):
             bs, width = len(batch.reqs), self.width
             self.contained.begin()
-            while len(self._unchecked) > int(self.overlap):  # overlapped, the step before may still be running
+            while len(self._unchecked) > self._in_flight:
                 if int(self._unchecked.pop(0)):
                     self.contained.fault("drafts(batch, hidden)", f"returned token ids outside [0, {self.vocab_size}) "
                                          "in an earlier step (they were verified as the root repeated)")

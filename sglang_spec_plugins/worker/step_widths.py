@@ -6,7 +6,7 @@ import logging
 from typing import Any, Callable, List, Optional, Tuple
 
 from ..engine.algorithm import policy_for, required_policy
-from ..engine.facts import configured_ndt, overlap_scheduled
+from ..engine.facts import configured_ndt, steps_in_flight
 from ..engine.step_times import HostTimer, StepClock, agreed, timer_for
 from ..engine.worker_base import ModelFreeRunner
 from ..errors import EngineError, is_plain_int
@@ -59,7 +59,7 @@ class StepWidths:
     host wait for the GPU: the accept counts and the step's time are read at
     the next ``at``, once the scheduler has waited for the step's tokens (under
     SGLang's overlap scheduler, whose next step starts while this one runs, at
-    the ``at`` after: ``engine.facts.overlap_scheduled`` says which). A step is timed by its width and its
+    the ``at`` after: ``engine.facts.steps_in_flight`` says which). A step is timed by its width and its
     size: the captured size whose graph it replays at that width, or its batch size where it runs eagerly
     (SGLang's ``disable_padding`` too); the controller compares widths timed at one size
     (:mod:`~.widths_by_acceptance`). The schedule is resolved at the first
@@ -96,7 +96,7 @@ class StepWidths:
         # requests) of the steps recorded and not learnt yet, oldest first
         # under SGLang's overlap scheduler a step starts while the step before it is still on the device: the
         # controller learns each step one step later there, so that no step waits for the one before it
-        self._in_flight = int(overlap_scheduled(getattr(model_runner, "server_args", None)))
+        self._in_flight = steps_in_flight(getattr(model_runner, "server_args", None))
         self._graphs: Any = None  # the runner's decode CUDA-graph runner, with the schedule
         self._said_undeclared = False  # logged once: a width of the worker's own beside the controller
         self._replay_size: Any = None
