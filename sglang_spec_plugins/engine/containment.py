@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import logging
 import os
 import time
@@ -149,7 +150,7 @@ def sync_check(device: Any) -> Iterator[None]:
     import torch
 
     if not str(device).startswith("cuda"):
-        with _blocking_copies():
+        with _blocking_copies()():
             yield
         return
     before = torch.cuda.get_sync_debug_mode()
@@ -192,8 +193,9 @@ def blocking_copy(func: Any, args: tuple, kwargs: dict) -> bool:
     return not kwargs.get("non_blocking", False) and True not in args[2:]
 
 
+@functools.lru_cache(maxsize=None)
 def _blocking_copies() -> Any:
-    """A torch function mode in which a :func:`blocking_copy` made by code outside SGLang
+    """The torch function mode in which a :func:`blocking_copy` made by code outside SGLang
     (the bases', a drafter's) raises, outside :func:`allowed_sync`. A CPU cannot tell
     a host tensor from one already on the device (where CUDA does not wait), so SGLang's
     own code, which a GPU's check judges, is left out."""
@@ -210,4 +212,4 @@ def _blocking_copies() -> Any:
                                    "non_blocking=True (a blocking copy waits for the GPU)")
             return func(*args, **kwargs)
 
-    return BlockingCopies()
+    return BlockingCopies
