@@ -240,3 +240,36 @@ def test_train_trains_the_gpu_preset_while_warming_flashinfer(tmp_path):
     (tmp_path / "again").mkdir()
     _, records = _run_phase(tmp_path / "again", "0.5.16", phase="train", REAL_TARGET=str(target), TRAIN_FORCE="1")
     assert [r["label"] for r in records] == ["--preset"] and "--force" in records[0]["argv"]
+
+
+class _Flushed:
+    def __init__(self, success):
+        self.success = success
+
+
+class _Engine:
+    """An engine's calls, in order: ``flush`` refused ``busy`` times (the scheduler finishing the batch before)."""
+
+    def __init__(self, busy=0):
+        self.calls, self.busy = [], busy
+
+    def flush_cache(self):
+        self.calls.append("flush")
+        self.busy -= 1
+        return _Flushed(self.busy < 0)
+
+    def generate(self, input_ids, sampling_params):
+        self.calls.append("generate")
+        return [{"output_ids": [1]} for _ in input_ids]
+
+
+def test_every_cell_starts_from_empty_caches():
+    """NGRAM's corpus keeps every request an engine served until flush_cache: each cell (the untimed pass, each
+    timed round) flushes first, asking again while the scheduler still finishes, so that no cell is drafted from
+    its own earlier outputs."""
+    engine = _Engine(busy=2)
+    outputs, _ = engine_check.generate_cell(engine, [[[1, 2]], [[3, 4]]], lambda bs: {})
+    assert len(outputs) == 2 and engine.calls == ["flush", "flush", "flush", "generate", "generate"]
+    engine = _Engine(busy=10 ** 6)
+    with pytest.raises(RuntimeError, match="flush_cache still refused"):
+        engine_check.flush_caches(engine, seconds=0.2)

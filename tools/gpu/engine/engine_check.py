@@ -189,8 +189,22 @@ def kinds_stage(engine, source, new_tokens):
     return found
 
 
+def flush_caches(engine, seconds: float = 10.0):
+    """SGLang's ``flush_cache``, asked again until it succeeds: it refuses while the scheduler still finishes
+    the batch before (under the overlap scheduler, a moment after ``generate`` returned)."""
+    deadline = time.time() + seconds
+    while not getattr(flushed := engine.flush_cache(), "success", True):
+        if time.time() > deadline:
+            raise RuntimeError(f"flush_cache still refused after {seconds:.0f} s: {flushed}")
+        time.sleep(0.05)
+
+
 def generate_cell(engine, batches, params):
-    """Send ``batches`` one after the other; the outputs in order, the seconds they took together."""
+    """Send ``batches`` one after the other, from empty caches; the outputs in order, the seconds they took
+    together. SGLang's NGRAM drafts from a corpus of every request its engine served, kept until
+    ``flush_cache`` (``NGRAMWorker.clear_cache_pool``): without the flush, a cell sent again (a timed round
+    after the untimed pass) would be drafted from its own earlier outputs, as no real request is."""
+    flush_caches(engine)
     outputs, started = [], time.time()
     for batch in batches:
         outputs += engine.generate(input_ids=batch, sampling_params=params(len(batch)))
