@@ -71,6 +71,9 @@ def stand_in_sglang(clock: Clock, speed: float, per_step, diverge: bool):
             clock.now += len(input_ids) * NEW / speed * (1.1 if self.calls == 17 else 1.0)
             return out
 
+        def flush_cache(self):
+            return types.SimpleNamespace(success=True)
+
         def shutdown(self):
             pass
 
@@ -207,3 +210,50 @@ def test_every_request_kind_against_plain_decoding():
     table = compare.kinds_markdown(records, "rlo")
     assert "| rlo_kinds_pl_cg | logprob | 1/2 | 0.004 | - | - | - |" in table
     assert "| rlo_kinds_block_cg | json | - | - | - | - | ValueError: refused |" in table
+
+
+KIND_COLUMNS = ("penalised", "min_new_tokens", "logprob", "json", "regex", "sampled")
+KINDS_NAMES = {"rlo_kinds_pl_cg": "PROMPT_LOOKUP", "rlo_kinds_block_cg": "DFLASH_BLOCK", "rlo_kinds_sbd_cg": "SBD"}
+
+
+def test_every_plugin_engine_served_every_request_kind_on_the_gpu():
+    """Call 5 (after the blocking copy's fix): PROMPT_LOOKUP, DFLASH_BLOCK and SBD, overlapped, served every kind
+    with nothing failing, every sampled request to its length; the README's table is compare.py's rows."""
+    records = compare.load(COMMITTED)
+    rows = {(r["engine"], r["kind"]): r for r in compare.kinds_rows(records, "rlo")}
+    readme = (COMMITTED / "README.md").read_text()
+    for label, name in KINDS_NAMES.items():
+        assert records[label]["ok"] and records[label]["overlap"] is True, label
+        found = [rows[(label, kind)] for kind in KIND_COLUMNS]
+        assert all(r["error"] is None for r in found), label
+        assert found[-1]["served"] == found[-1]["requests"] == 4
+        cells = [f"{r['identical']}/{r['requests']}" for r in found[:-1]]
+        cells[2] += f" ({found[2]['logprob_gap']:.2g})"
+        cells[3] += f" ({found[3]['json_parsed']})"
+        assert f"| {name} | " + " | ".join(cells + ["4/4"]) + " |" in readme, name
+    plugin_outputs = [records[label]["kinds"] for label in ("rlo_kinds_pl_cg", "rlo_kinds_block_cg")]
+    assert all(plugin_outputs[0][k]["output_ids"] == plugin_outputs[1][k]["output_ids"] for k in KIND_COLUMNS[:-1])
+
+
+CALL6 = COMMITTED / "call6_prompt_lookup"
+
+
+def _per_step(cell: dict) -> float:
+    return sum(cell["completion_tokens"]) / sum(cell["spec_verify_ct"])
+
+
+def test_the_prompt_lookup_call_reads_back_and_ngram_drafted_from_its_own_earlier_outputs():
+    """Call 6: its README holds compare.py's tables; NGRAM's committed tokens per verify step jumped from the
+    untimed pass to the timed rounds (its corpus kept the same prompts' outputs), PROMPT_LOOKUP's did not."""
+    records = compare.load(CALL6)
+    readme = (CALL6 / "README.md").read_text()
+    assert compare.real_markdown(records, "rlo") in readme
+    ngram, lookup = records["rlo_ngram_cg"], records["rlo_pl_w4_cg"]
+    for first, timed in zip(lookup["runs"], lookup["timing"]):
+        assert _per_step(first) == pytest.approx(_per_step(timed))
+    first, timed = ngram["runs"][0], ngram["timing"][0]
+    assert (first["batch"], first["prompts"]) == (timed["batch"], timed["prompts"]) == (1, "completion")
+    assert _per_step(timed) > 4 * _per_step(first)
+    row = f"| 1, completion (the first cell of the untimed pass: nothing served before) | {_per_step(first):.2f} / " \
+          f"{_per_step(timed):.2f} | {_per_step(lookup['runs'][0]):.2f} / {_per_step(lookup['timing'][0]):.2f} |"
+    assert row in readme
