@@ -1064,6 +1064,52 @@ def overlap_table(results: List[Dict[str, Any]]) -> str:
     return "\n".join(rows)
 
 
+def cell_round_ratios(group: List[Dict[str, Any]], label: str, against: str) -> Dict[tuple, List[float]]:
+    """``{(batch, acceptance): [label ÷ against, one per round]}`` of one group's records; ``against``'s cells
+    without an acceptance (plain decoding) stand for every acceptance."""
+    by_label = {r["label"]: r for r in group if r.get("ok")}
+    ratios: Dict[tuple, List[float]] = {}
+    for mine, theirs in zip(by_label[label]["rounds"], by_label[against]["rounds"]):
+        base = {(c["batch"], c["acceptance"]): c["tokens_per_s"] for c in theirs}
+        for c in mine:
+            key = (c["batch"], c["acceptance"])
+            ratios.setdefault(key, []).append(c["tokens_per_s"] / base.get(key, base.get((c["batch"], None))))
+    return ratios
+
+
+def overlap_acceptance_table(results: List[Dict[str, Any]]) -> str:
+    """Issue 48's bars on the controlled-acceptance cells, per (acceptance, batch), each a median of per-round
+    ratios (lowest-highest, rounds) within one group: each overlapped CONTROLLED_ACCEPTANCE engine ÷ its group's
+    plain decoding, whether the lowest of them is at least :data:`BAR` ``["vs_plain"]``, and the controller ÷
+    each static width that shared its group."""
+    groups: Dict[tuple, List[Dict[str, Any]]] = {}
+    for r in results:
+        if r.get("ok") and r.get("group"):
+            groups.setdefault(tuple(r["group"]), []).append(r)
+    vs_plain, vs_static = {}, {}
+    for group in groups.values():
+        labels = {r["label"] for r in group}
+        for label in labels:
+            if OVL in label and spec_of(label)["kind"] in ACCEPTANCE_KINDS and "plain" in labels:
+                vs_plain[label] = cell_round_ratios(group, label, "plain")
+            if OVL in label and spec_of(label)["kind"] == "static":
+                for controller in (x for x in labels if OVL in x and spec_of(x)["kind"] == "controller"):
+                    vs_static[f"{controller} ÷ {label}"] = cell_round_ratios(group, controller, label)
+    labels = sorted(vs_plain, key=list(ENGINES).index)
+    head = (["acceptance", "batch"] + [f"{label} ÷ plain" for label in labels] + ["lowest", "bar (0.98)"]
+            + sorted(vs_static))
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for a in ACCEPTANCES:
+        for b in BATCHES:
+            found = [vs_plain[label].get((b, a), []) for label in labels]
+            lowest = min(lower_median(values) for values in found if values)
+            rows.append("| " + " | ".join([str(a), str(b)] + [_rounds_ratio(values) for values in found]
+                                           + [f"{lowest:.3f}", "met" if lowest >= BAR["vs_plain"] else "missed"]
+                                           + [_rounds_ratio(vs_static[k].get((b, a), [])) for k in sorted(vs_static)])
+                        + " |")
+    return "\n".join(rows)
+
+
 def _graph_kind(record: Dict[str, Any]) -> str:
     """The graphs an engine's decode steps replay: a speculative engine's TARGET_VERIFY graphs, else decode's."""
     return "target_verify" if "target_verify_graph_capture_s" in record else "target_decode"
@@ -1130,8 +1176,11 @@ def main(argv=None) -> int:
         print(tables(results, args.ndt or NDTS))
         if any(draft_model(r["label"]) for r in results):
             print("\n" + draft_model_table(results))
-        if any(spec_of(r["label"]).get("overlap") and r.get("ok") for r in results):
+        overlapped = {spec_of(r["label"])["kind"] for r in results if spec_of(r["label"]).get("overlap") and r.get("ok")}
+        if overlapped & {"dflash", "dflash_block"}:
             print("\n" + overlap_table(results))
+        if overlapped & set(ACCEPTANCE_KINDS):
+            print("\n" + overlap_acceptance_table(results))
         if any(r.get("kind") == "cycle" and r.get("ok") for r in results):
             print("\n" + switch_table(results))
         if any(BUILD_SEP in r["label"] and r.get("ok") for r in results):

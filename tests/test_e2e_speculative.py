@@ -516,3 +516,32 @@ def test_the_overlap_table_takes_ratios_from_one_group_or_through_the_plain_sync
     slower = [dict(r, rounds=[[dict(c, tokens_per_s=c["tokens_per_s"] * 0.9) for c in cells] for cells in r["rounds"]])
               if r["label"] == "dflash_block_ovl_ndt16" else r for r in results]
     assert e2e.overlap_table(slower).count("| missed |") == len(e2e.DRAFT_BATCHES)
+
+
+OVERLAP_CA_RUN = ROOT / "benchmarks" / "results" / "e2e_speculative_h100_overlap_ca.jsonl"
+
+
+def test_cell_ratios_are_within_one_group_and_plain_stands_for_every_acceptance():
+    def record(label, rounds):
+        return {"label": label, "ok": True, "rounds": [[{"batch": b, "acceptance": a, "tokens_per_s": v}
+                                                        for (b, a), v in cells.items()] for cells in rounds]}
+
+    plain = record("plain", [{(1, None): 100.0}, {(1, None): 200.0}])
+    static = record("static4_ovl_ndt8", [{(1, 0.5): 150.0, (1, 0.9): 300.0}, {(1, 0.5): 200.0, (1, 0.9): 500.0}])
+    controller = record("controller_ovl_ndt8", [{(1, 0.5): 150.0, (1, 0.9): 150.0}, {(1, 0.5): 100.0, (1, 0.9): 250.0}])
+    assert e2e.cell_round_ratios([plain, static], "static4_ovl_ndt8", "plain") == {(1, 0.5): [1.5, 1.0], (1, 0.9): [3.0, 2.5]}
+    assert e2e.cell_round_ratios([controller, static], "controller_ovl_ndt8", "static4_ovl_ndt8") == {
+        (1, 0.5): [1.0, 0.5], (1, 0.9): [0.5, 0.5]}
+
+
+def test_the_committed_overlapped_controlled_acceptance_run_is_the_history_s_table():
+    """Issue 48's controlled-acceptance engines with overlap (H100): each ÷ its own group's plain decoding; the
+    bar (0.98x plain) missed at acceptance 0.5 from 32 requests and at 0.7 with 128."""
+    results = e2e.read_results(OVERLAP_CA_RUN)
+    assert {r["device"] for r in results} == {"NVIDIA H100 80GB HBM3"}
+    assert all(r["overlap_schedule"] for r in results)
+    assert all(r["cells"] == e2e.median_cells(r["rounds"]) for r in results)
+    table = e2e.overlap_acceptance_table(results)
+    assert table in HISTORY.read_text()
+    missed = [line.split(" | ")[:2] for line in table.splitlines() if "| missed |" in line]
+    assert missed == [["| 0.5", "32"], ["| 0.5", "64"], ["| 0.5", "128"], ["| 0.7", "128"]]
