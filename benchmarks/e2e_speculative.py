@@ -978,18 +978,26 @@ DRAFT_BAR = 0.97
 """Issue 22's bar: DFLASH_BLOCK at the full block within 3% of SGLang's DFLASH in tokens/s at every batch size."""
 
 
-def round_ratios(results: List[Dict[str, Any]], label: str, against: str) -> Dict[int, List[float]]:
-    """``{batch: [tokens/s of label ÷ against, one per round]}``, each ratio from the same round of a group
-    (a record without rounds counts as one)."""
+def cell_round_ratios(results: List[Dict[str, Any]], label: str, against: str) -> Dict[tuple, List[float]]:
+    """``{(batch, acceptance): [tokens/s of label ÷ against, one per round]}``, each ratio from the same round of
+    a group (a record without rounds counts as one); ``against``'s cells without an acceptance (plain decoding)
+    stand for every acceptance; empty where either engine did not finish."""
     by_label = {r["label"]: r for r in results if r.get("ok")}
     if label not in by_label or against not in by_label:
         return {}
     rounds = [by_label[x].get("rounds") or [by_label[x]["cells"]] for x in (label, against)]
-    ratios: Dict[int, List[float]] = {}
+    ratios: Dict[tuple, List[float]] = {}
     for mine, theirs in zip(*rounds):
-        for a, b in zip(mine, theirs):
-            ratios.setdefault(a["batch"], []).append(a["tokens_per_s"] / b["tokens_per_s"])
+        base = {(c["batch"], c["acceptance"]): c["tokens_per_s"] for c in theirs}
+        for c in mine:
+            key = (c["batch"], c["acceptance"])
+            ratios.setdefault(key, []).append(c["tokens_per_s"] / base.get(key, base.get((c["batch"], None))))
     return ratios
+
+
+def round_ratios(results: List[Dict[str, Any]], label: str, against: str) -> Dict[int, List[float]]:
+    """``{batch: [...]}``: :func:`cell_round_ratios` of two engines with one cell per batch size."""
+    return {batch: ratios for (batch, _), ratios in cell_round_ratios(results, label, against).items()}
 
 
 def _rounds_ratio(values: List[float]) -> str:
@@ -1062,19 +1070,6 @@ def overlap_table(results: List[Dict[str, Any]]) -> str:
         rows.append("| " + " | ".join([str(b), _rounds_ratio(bar), draft_verdict(bar)]
                                       + [_rounds_ratio(r.get(b, [])) for r in ratios[1:]]) + " |")
     return "\n".join(rows)
-
-
-def cell_round_ratios(group: List[Dict[str, Any]], label: str, against: str) -> Dict[tuple, List[float]]:
-    """``{(batch, acceptance): [label ÷ against, one per round]}`` of one group's records; ``against``'s cells
-    without an acceptance (plain decoding) stand for every acceptance."""
-    by_label = {r["label"]: r for r in group if r.get("ok")}
-    ratios: Dict[tuple, List[float]] = {}
-    for mine, theirs in zip(by_label[label]["rounds"], by_label[against]["rounds"]):
-        base = {(c["batch"], c["acceptance"]): c["tokens_per_s"] for c in theirs}
-        for c in mine:
-            key = (c["batch"], c["acceptance"])
-            ratios.setdefault(key, []).append(c["tokens_per_s"] / base.get(key, base.get((c["batch"], None))))
-    return ratios
 
 
 def overlap_acceptance_table(results: List[Dict[str, Any]]) -> str:

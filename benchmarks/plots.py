@@ -27,6 +27,7 @@ KEY = "sglang-spec-plugins inputs"
 """The tEXt keyword whose text is ``{"sha256": ..., "inputs": [...]}``."""
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
+import e2e_speculative as e2e  # noqa: E402
 from landing import CURRENT  # noqa: E402 - which run answers each question: the landing page's
 
 ASLEEP: List[str] = CURRENT["acceptance"][16]
@@ -168,15 +169,6 @@ def verify_width(plt) -> Any:
     return fig
 
 
-def _round_ratios(mine: Dict[str, Any], theirs: Dict[str, Any]) -> Dict[int, List[float]]:
-    """``{batch: [tokens/s of mine ÷ theirs, one per round]}`` of two records timed in the same rounds."""
-    ratios: Dict[int, List[float]] = {}
-    for ours, others in zip(mine["rounds"], theirs["rounds"]):
-        for a, b in zip(ours, others):
-            ratios.setdefault(a["batch"], []).append(a["tokens_per_s"] / b["tokens_per_s"])
-    return ratios
-
-
 def dflash_by_batch(plt) -> Any:
     records = _records(DFLASH)
     native, block = records["dflash_native_ndt16"], records["dflash_block_ndt16"]
@@ -196,8 +188,8 @@ def dflash_by_batch(plt) -> Any:
     overlap = _records([DFLASH_OVERLAP])  # the first group holding both: the two timed in the same rounds
     device = overlap["dflash_native_ovl_ndt16"]["device"]
     for ratios, name, (color, marker) in (
-            (_round_ratios(block, native), f"both overlap off, {native['device']}", ("tab:orange", "^")),
-            (_round_ratios(overlap["dflash_block_ovl_ndt16"], overlap["dflash_native_ovl_ndt16"]),
+            (e2e.round_ratios([block, native], block["label"], native["label"]), f"both overlap off, {native['device']}", ("tab:orange", "^")),
+            (e2e.round_ratios(list(overlap.values()), "dflash_block_ovl_ndt16", "dflash_native_ovl_ndt16"),
              f"both overlap on, {device}", ("tab:green", "D"))):
         medians = [sorted(ratios[b])[(len(ratios[b]) - 1) // 2] for b in batches]
         low = [m - min(ratios[b]) for m, b in zip(medians, batches)]
