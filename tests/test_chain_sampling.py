@@ -176,3 +176,34 @@ def test_target_probs_keeps_what_sglang_s_sampler_keeps():
     assert torch.allclose(kept, torch.tensor([[0.4, 0.3, 0, 0, 0]]) / 0.7)
     kept = target_probs(logits, one, torch.tensor([1 << 30]), torch.tensor([1.0]), torch.tensor([0.45]))
     assert torch.allclose(kept, torch.tensor([[0.4, 0.3, 0.2, 0, 0]]) / 0.9)
+
+
+def test_target_probs_judges_top_k_and_top_p_together_unless_sequential():
+    """Joint: top-p on the softmax's mass, top-k on its ranks (the shorter prefix). Sequential (SGLang's
+    flashinfer sampler with min-p on): top-p on what top-k left, renormalised, which keeps less here."""
+    logits = torch.log(torch.tensor([[0.4, 0.3, 0.2, 0.06, 0.04]]))
+    one = torch.ones(1, 1)
+    joint = target_probs(logits, one, torch.tensor([3]), torch.tensor([0.75]), None)
+    assert torch.allclose(joint, torch.tensor([[0.4, 0.3, 0.2, 0, 0]]) / 0.9)  # mass before 0.2 is 0.7 <= 0.75
+    sequential = target_probs(logits, one, torch.tensor([3]), torch.tensor([0.75]), None, sequential=True)
+    assert torch.allclose(sequential, torch.tensor([[0.4, 0.3, 0, 0, 0]]) / 0.7)  # 0.7 / 0.9 > 0.75 before 0.2
+    off = target_probs(logits, one, None, None, None)  # filters off: the softmax itself
+    assert torch.allclose(off, torch.tensor([[0.4, 0.3, 0.2, 0.06, 0.04]]))
+
+
+def test_target_probs_runs_the_kernels_it_is_given():
+    """The release's fused kernels replace the torch renormalisations, in the joint order (top-p, then top-k)."""
+    calls = []
+
+    def top_k(probs, ks):
+        calls.append("top_k")
+        return chain_sampling.renorm_top_k(probs, ks)
+
+    def top_p(probs, ps):
+        calls.append("top_p")
+        return chain_sampling.renorm_top_p(probs, ps)
+
+    logits = torch.log(torch.tensor([[0.4, 0.3, 0.2, 0.06, 0.04]]))
+    kept = target_probs(logits, torch.ones(1, 1), torch.tensor([3]), torch.tensor([0.75]), None, (top_k, top_p))
+    assert calls == ["top_p", "top_k"]
+    assert torch.allclose(kept, torch.tensor([[0.4, 0.3, 0.2, 0, 0]]) / 0.9)

@@ -16,9 +16,10 @@ A greedy request's ``p`` is the point mass at the target's argmax, so the same
 rule accepts a draft iff it is the argmax and commits the argmax after it:
 :func:`accept_greedy`, token for token plain greedy decoding's.
 :func:`target_probs` is plain sampling's distribution, as SGLang's sampler
-draws from it: temperature, then top-k, top-p (on the cumulative mass before
-top-k) and min-p, renormalised. Everything stays on the device: no value is
-read back to the host.
+draws from it: temperature, then top-k and top-p (judged together on the
+softmax), then min-p, renormalised; with the release's fused renormalising
+kernels where it has them. Everything stays on the device: no value is read
+back to the host.
 """
 
 from __future__ import annotations
@@ -39,27 +40,60 @@ def accept_greedy(drafts: Any, predicted: Any) -> Any:
     return (matches.cumprod(dim=1).sum(dim=1) + 1).int()
 
 
-def target_probs(logits: Any, temperatures: Any, top_ks: Any, top_ps: Any, min_ps: Optional[Any]) -> Any:
+def target_probs(logits: Any, temperatures: Any, top_ks: Optional[Any], top_ps: Optional[Any],
+                 min_ps: Optional[Any], kernels: Optional[Tuple[Any, Any]] = None,
+                 sequential: bool = False) -> Any:
     """Plain sampling's distribution ``(n, vocab)`` float32 for ``n`` rows of
     (already penalised and masked) ``logits``: softmax at ``temperatures``
-    ``(n, 1)``, then, over the tokens sorted by probability, those ranked at or
-    past ``top_ks`` ``(n,)`` dropped, those after the cumulative mass before
-    them exceeds ``top_ps`` ``(n,)`` dropped, and, where ``min_ps`` ``(n,)`` is
+    ``(n, 1)``; then, over the tokens sorted by probability, those ranked at or
+    past ``top_ks`` ``(n,)`` dropped and those after the cumulative mass before
+    them exceeds ``top_ps`` ``(n,)`` dropped; then, where ``min_ps`` ``(n,)`` is
     given, those below ``min_ps`` times the most likely one's probability
-    dropped; renormalised. This is SGLang's sampler (its torch backend, and the
-    joint filter order of its kernels)."""
+    dropped; renormalised. A filter given as None is off for every row (SGLang's
+    ``need_top_k_sampling`` / ``need_top_p_sampling`` false), so it costs nothing.
+
+    Top-k and top-p are judged together on the softmax (SGLang's joint filter
+    order): top-p first, then top-k on what it kept, which keeps the same
+    prefix of the sorted tokens. ``sequential``: top-k first and top-p on the
+    renormalised rest, what SGLang's flashinfer sampler does where min-p is on.
+    ``kernels``: the release's fused ``(top_k_renorm_prob, top_p_renorm_prob)``
+    (bound on CUDA in ``sglang.srt.layers.sampler``, plain sampling's own);
+    None: :func:`renorm_top_k` and :func:`renorm_top_p`."""
     import torch
 
+    top_k_renorm, top_p_renorm = kernels or (renorm_top_k, renorm_top_p)
     probs = torch.softmax(logits.float() / temperatures.float(), dim=-1)
+    if sequential and top_ks is not None:
+        probs = top_k_renorm(probs, top_ks)
+    if top_ps is not None:
+        probs = top_p_renorm(probs, top_ps.float())
+    if top_ks is not None and not sequential:
+        probs = top_k_renorm(probs, top_ks)
+    if min_ps is not None:
+        probs = probs * (probs >= probs.amax(dim=-1, keepdim=True) * min_ps.view(-1, 1).float())
+        probs = probs / probs.sum(dim=-1, keepdim=True)
+    return probs
+
+
+def renorm_top_k(probs: Any, top_ks: Any) -> Any:
+    """``probs`` ``(n, vocab)`` with the tokens ranked at or past ``top_ks`` ``(n,)`` dropped, renormalised."""
+    import torch
+
+    sorted_probs, order = probs.sort(dim=-1, descending=True)
+    rank = torch.arange(probs.shape[-1], device=probs.device).view(1, -1)
+    kept = sorted_probs * (rank < top_ks.view(-1, 1))
+    return torch.zeros_like(probs).scatter_(-1, order, kept / kept.sum(dim=-1, keepdim=True))
+
+
+def renorm_top_p(probs: Any, top_ps: Any) -> Any:
+    """``probs`` ``(n, vocab)`` with the tokens after the cumulative mass before them
+    exceeds ``top_ps`` ``(n,)`` dropped (by probability, largest first), renormalised."""
+    import torch
+
     sorted_probs, order = probs.sort(dim=-1, descending=True)
     mass_before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs
-    rank = torch.arange(probs.shape[-1], device=probs.device).view(1, -1)
-    keep = (rank < top_ks.view(-1, 1)) & (mass_before <= top_ps.view(-1, 1).float())
-    if min_ps is not None:
-        keep &= sorted_probs >= sorted_probs[:, :1] * min_ps.view(-1, 1).float()
-    kept = sorted_probs * keep
-    kept = kept / kept.sum(dim=-1, keepdim=True)
-    return torch.zeros_like(probs).scatter_(-1, order, kept)
+    kept = sorted_probs * (mass_before <= top_ps.view(-1, 1))
+    return torch.zeros_like(probs).scatter_(-1, order, kept / kept.sum(dim=-1, keepdim=True))
 
 
 def point_mass(logits: Any) -> Any:

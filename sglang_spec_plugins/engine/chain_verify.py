@@ -22,13 +22,20 @@ from .request_rules import apply_request_rules, needs_host_tokens
 
 
 class ChainVerifier:
-    """The acceptance of a step's chains, for one worker (``contract``: the release's worker contract)."""
+    """The acceptance of a step's chains, for one worker (``contract``: the release's worker contract;
+    ``sampling_backend``: the server's ``--sampling-backend``)."""
 
-    def __init__(self, contract: Any):
+    def __init__(self, contract: Any, sampling_backend: Optional[str] = None):
         self._logprobs = None
         if contract.spec_logprobs is not None:
             module, name = contract.spec_logprobs.split(":")
             self._logprobs = getattr(importlib.import_module(module), name)
+        # plain sampling's fused renormalising kernels, where the release's sampler binds them (CUDA)
+        sampler = importlib.import_module("sglang.srt.layers.sampler")
+        kernels = (getattr(sampler, "top_k_renorm_prob", None), getattr(sampler, "top_p_renorm_prob", None))
+        self._kernels = kernels if all(kernels) else None
+        # where min-p is on, SGLang's flashinfer sampler renormalises top-k, then top-p, then min-p (else joint)
+        self._sequential_min_p = self._kernels is not None and sampling_backend == "flashinfer"
 
     def __call__(self, batch: Any, logits_output: Any, chains: Any,
                  outputs: Optional[Sequence[Optional[Sequence[int]]]] = None,
@@ -60,7 +67,10 @@ class ChainVerifier:
             if not info.is_all_greedy:
                 min_ps = each(info.min_ps) if info.need_min_p_sampling else None
                 top_ks = each(info.top_ks)
-                sampled = target_probs(logits, each(info.temperatures), top_ks, each(info.top_ps), min_ps)
+                top_ps = each(info.top_ps) if getattr(info, "need_top_p_sampling", True) else None
+                sampled = target_probs(logits, each(info.temperatures),
+                                       top_ks if getattr(info, "need_top_k_sampling", True) else None, top_ps,
+                                       min_ps, self._kernels, self._sequential_min_p and min_ps is not None)
                 probs = torch.where(top_ks.view(-1, 1) > 1, sampled, probs)
             rows, accept_lens = speculative_accept(chains, probs.view(bs, width, -1), greedy_next, draft_probs)
         if batch.return_logprob:

@@ -110,7 +110,7 @@ def draft_block_worker_base() -> type:
             self._in_flight = steps_in_flight(server_args)
             self.contained = Containment(self.policy, self.policy.max_faulted_steps)
             self._contract = contract()
-            self._verify_chains = ChainVerifier(self._contract)
+            self._verify_chains = ChainVerifier(self._contract, getattr(server_args, "sampling_backend", None))
             self._deterministic = bool(getattr(server_args, "enable_deterministic_inference", False))
             self._relay = None
             self._unchecked: List[Any] = []  # each step's count of drafts out of the vocabulary, read once passed

@@ -105,7 +105,7 @@ def chain_worker_base() -> type:
             self.overlap = overlap_scheduled(server_args)
             self.contained = Containment(self.policy, self.policy.max_faulted_steps)
             self._contract = contract()
-            self._verify_chains = ChainVerifier(self._contract)
+            self._verify_chains = ChainVerifier(self._contract, getattr(server_args, "sampling_backend", None))
             self._vocab_size = runner.model_config.vocab_size
             self._deterministic = bool(getattr(server_args, "enable_deterministic_inference", False))
             self._relay: Optional[StepRelay] = None

@@ -3,6 +3,7 @@
 #   tools/gpu/engine/run.sh PHASE...      phases: setup single flashinfer triton deterministic precision widths
 #                                         draft draft_accepting drafts draft_speed sbd tp margins draft_margins soak
 #                                         triton_widths triton_margins (0.5.17) train real real_margins
+#                                         sampled_verify
 # SGLANG_RELEASE (default 0.5.16): the release site.sh built, read from its folder: 0.5.16 .e2e, 0.5.17 .e2e17
 # (carry .e2e17/site.tar.xz, .e2e17/wheels and .e2e17/cache if any). The other phases were written for 0.5.16
 # and run on 0.5.17 too, but their expectations are 0.5.16's (there triton below ndt is refused: tri_pl_below_refused)
@@ -89,6 +90,9 @@
 #         SGLANG_SPEC_PLUGINS_SYNC_CHECK=1), kinds_native; their greedy cells at the batch sizes KINDS_BATCHES says
 #         (default 1,8,32,64); these untimed engines run at once, after the timed ones
 #         (compare.py --kinds PREFIX reads them).
+# sampled_verify  benchmarks/sampled_verify.py: a sampled verify's host and GPU cost, the worker bases' acceptance
+#         (with the release's renormalising kernels, and with torch's) against native DFLASH's, at batches 1-64,
+#         vocabularies 4,096 and 128,256 ($OUT/sampled_verify.json; ~1 min; nothing but the GPU's own kernels)
 # real_margins  margins (below) of the real engines' divergences (results/real/divergences.json, compare.py
 #         --divergences), on the plain engine of the trained target
 # $OUT gets: engines.jsonl (one line per engine), timeline.txt, logs.tar.xz, and the JIT caches.
@@ -364,6 +368,9 @@ for phase in "$@"; do
     train) train_run ;;
     warm) warm_engines; wait ;;
     real) real_runs ;;
+    sampled_verify)
+      timeout 200 python3 $H/../../../benchmarks/sampled_verify.py --out "$OUT/sampled_verify.json" \
+        > $LOGS/sampled_verify.log 2>&1; tl "sampled_verify rc=$?"; tail -3 $LOGS/sampled_verify.log ;;
     real_margins)  # the real engines' divergences, on the trained target's plain engine
       (cd /tmp && ENGINE_MODEL=$REAL_T timeout 300 python3 $H/margins.py $H/../results/real/divergences.json flashinfer \
          --prefix ${REAL_PREFIX:-rl_} > $LOGS/margins_real.log 2>&1); tl "margins real rc=$?" ;;
