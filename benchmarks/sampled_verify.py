@@ -17,6 +17,7 @@ and GPU). Medians of interleaved repeats. Also checked: the kernels' target
 distribution against the torch one's, row by row.
 
     python3 benchmarks/sampled_verify.py --out benchmarks/results/sampled_verify_h100.json
+    python3 benchmarks/sampled_verify.py --table benchmarks/results/sampled_verify_h100.json
 """
 
 from __future__ import annotations
@@ -105,10 +106,28 @@ def distribution_check(batch, output) -> dict:
             "rows_keeping_other_tokens": int(kept_apart.sum())}
 
 
+def table(result: dict) -> str:
+    """The results as a markdown table: each engine's wall and host microseconds per call, and the ratios."""
+    lines = ["| vocabulary | batch | plugin: wall / host µs | plugin, torch renormalising | native DFLASH | "
+             "plugin ÷ native (wall) | kernels against torch: rows keeping other tokens, largest gap |",
+             "|---|---|---|---|---|---|---|"]
+    for cell in result["cells"]:
+        ours, torch_only, native, check = cell["plugin"], cell["plugin_torch"], cell["native"], cell["check"]
+        lines.append(f"| {cell['vocab']:,} | {cell['batch']} | {ours['wall_us']:.0f} / {ours['host_us']:.0f} | "
+                     f"{torch_only['wall_us']:.0f} / {torch_only['host_us']:.0f} | "
+                     f"{native['wall_us']:.0f} / {native['host_us']:.0f} | {ours['wall_us'] / native['wall_us']:.2f} | "
+                     f"{check['rows_keeping_other_tokens']} of {check['rows']}, {check['max_abs_difference']:.1e} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--table", type=Path, help="print the table of a results file and stop")
     args = parser.parse_args()
+    if args.table:
+        print(table(json.loads(args.table.read_text())))
+        return
     import sglang
     from sglang.srt.speculative.dflash_utils import compute_dflash_sampling_correct_drafts_and_bonus
 
@@ -141,6 +160,7 @@ def main() -> None:
         "command": f"python3 benchmarks/sampled_verify.py --out {args.out}",
         "calls": CALLS, "repeats": REPEATS, "temperature": TEMPERATURE, "top_p": TOP_P, "cells": cells,
     }
+    print(table(result))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=1) + "\n")
