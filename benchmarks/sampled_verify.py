@@ -32,8 +32,6 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-import torch
-
 CALLS = 100
 REPEATS = 5
 WIDTH = 16
@@ -60,6 +58,7 @@ def verifier(kernels: bool):
 def case(bs: int, vocab: int):
     """``(batch, logits_output, chains)``: sampled requests as SGLang's sampling_info holds them,
     random logits, and chains whose drafts are each position's most likely token (often accepted)."""
+    import torch
     from sglang.srt.sampling.sampling_params import TOP_K_ALL, SamplingParams
 
     generator = torch.Generator(device="cuda").manual_seed(bs * vocab)
@@ -79,6 +78,8 @@ def case(bs: int, vocab: int):
 
 def per_call_us(run) -> tuple:
     """``(host_us, wall_us)`` per call over :data:`CALLS` calls."""
+    import torch
+
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     for _ in range(CALLS):
@@ -129,6 +130,7 @@ def main() -> None:
         print(table(json.loads(args.table.read_text())))
         return
     import sglang
+    import torch
     from sglang.srt.speculative.dflash_utils import compute_dflash_sampling_correct_drafts_and_bonus
 
     engines = {"plugin": verifier(True), "plugin_torch": verifier(False)}

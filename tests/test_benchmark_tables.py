@@ -159,3 +159,19 @@ def test_the_check_needs_no_matplotlib():
             f"sys.path.insert(0, {str(ROOT / 'benchmarks')!r}); import plots; sys.exit(plots.main(sys.argv[1:]))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_sampled_verify_results_and_their_table():
+    """benchmarks/sampled_verify.py's committed H100 run: the history prints its table; on the GPU the release's
+    renormalising kernels kept the same tokens as the torch renormalisation in every row (within float rounding),
+    and cost less per call than it."""
+    import sampled_verify
+
+    result = json.loads((ROOT / "benchmarks" / "results" / "sampled_verify_h100.json").read_text())
+    assert result["machine"]["gpu"].startswith("NVIDIA H100") and result["machine"]["sglang"] == "0.5.16"
+    assert sampled_verify.table(result) in HISTORY.read_text()
+    assert {(c["vocab"], c["batch"]) for c in result["cells"]} == {(v, b) for v in sampled_verify.VOCABS
+                                                                   for b in sampled_verify.BATCHES}
+    for cell in result["cells"]:
+        assert cell["check"]["rows_keeping_other_tokens"] == 0 and cell["check"]["max_abs_difference"] < 1e-6
+        assert cell["plugin"]["wall_us"] < cell["plugin_torch"]["wall_us"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+import tarfile
 import types
 from pathlib import Path
 
@@ -257,3 +258,33 @@ def test_the_prompt_lookup_call_reads_back_and_ngram_drafted_from_its_own_earlie
     row = f"| 1, completion (the first cell of the untimed pass: nothing served before) | {_per_step(first):.2f} / " \
           f"{_per_step(timed):.2f} | {_per_step(lookup['runs'][0]):.2f} / {_per_step(lookup['timing'][0]):.2f} |"
     assert row in readme
+
+
+CALL7 = COMMITTED / "call7_sampled"
+
+
+def test_the_sampled_call_reads_back():
+    """Call 7: its README holds compare.py's tables and the steps' milliseconds from the engines' own logs, and
+    the ratios it quotes (DFLASH_BLOCK 0.48-0.62x native DFLASH, sampled; 6.3 against 3.7 ms a step at one request)."""
+    records = compare.load(CALL7)
+    readme = (CALL7 / "README.md").read_text()
+    assert compare.real_markdown(records, "rso") in readme
+    assert compare.step_ms_markdown(CALL7, "rso") in readme
+    ratios = [bar["ratio"] for bar in compare.real_bars(records, "rso") if bar["bar"] == "DFLASH_BLOCK / native DFLASH"]
+    assert len(ratios) == 8 and (round(min(ratios), 2), round(max(ratios), 2)) == (0.48, 0.62)
+    assert "**DFLASH_BLOCK sampled is 0.48-0.62x native DFLASH**" in readme
+    with tarfile.open(CALL7 / "logs.tar.xz") as logs:
+        ms = {Path(m.name).stem: compare.step_ms(logs.extractfile(m).read().decode()) for m in logs.getmembers()
+              if m.isfile()}
+    assert (round(ms["rso_block_cg"][1], 1), round(ms["rso_native_cg"][1], 1)) == (6.3, 3.7)
+
+
+def test_step_ms_reads_sglang_s_decode_lines():
+    """Milliseconds a step: 1000 / (tokens/s / accept length / running requests), the median of 3 or more lines;
+    a line without an accept length (plain decoding) counts one token a step; slow windows are left out."""
+    line = ("[2026-12-07 16:37:45] Decode batch, #running-req: {n}, #token: 279, token usage: 0.00, {accept}"
+            "cuda graph: True, gen throughput (token/s): {tps}, #queue-req: 0")
+    log = "\n".join([line.format(n=2, accept="accept len: 4.00, accept rate: 0.2, ", tps=tps) for tps in (800, 1600, 400)]
+                    + [line.format(n=8, accept="", tps=tps) for tps in (4000, 4000, 4000, 50)]
+                    + [line.format(n=16, accept="", tps=9000)])
+    assert compare.step_ms(log) == {2: 10.0, 8: 2.0}  # 800 tok/s / 4 / 2 = 100 steps/s; 16: one line only

@@ -1,6 +1,7 @@
 """Read the engine results (``engines*.jsonl``) and say what they show; runs on any machine.
 
 usage: python3 compare.py RESULTS_DIR [--divergences OUT.json] [--markdown] [--real PREFIX] [--kinds PREFIX]
+                          [--step-ms PREFIX]
 
 * identity: each speculative engine's greedy outputs against the plain engine of the same
   backend and CUDA-graph setting, request by request (and where they first differ);
@@ -26,6 +27,9 @@ usage: python3 compare.py RESULTS_DIR [--divergences OUT.json] [--markdown] [--r
   ``PREFIX_kinds_base_cg`` (plain decoding without overlap): the requests whose tokens are identical (every kind
   but ``sampled``), the largest logprob difference on the tokens both committed, the JSON requests whose text
   parses, and the sampled requests served in full.
+* ``--step-ms PREFIX``: each ``PREFIX_*`` engine's milliseconds per decode step by running requests, from
+  SGLang's own ``Decode batch`` log lines (``1000 / (gen throughput / accept len / running requests)``, the median
+  of the lines at that count, where at least 3 are), whatever the requests' timing saw.
 """
 
 from __future__ import annotations
@@ -399,6 +403,35 @@ def markdown(summary: dict) -> str:
     return "\n".join(lines)
 
 
+DECODE_LINE = re.compile(r"Decode batch, #running-req: (\d+),.*?(?:accept len: ([\d.]+),.*?)?"
+                         r"gen throughput \(token/s\): ([\d.]+)")
+
+
+def step_ms(log: str, least: int = 3) -> Dict[int, float]:
+    """Milliseconds per decode step by running requests, from SGLang's ``Decode batch`` lines of ``log`` (the
+    median where ``least`` lines or more report that count; a line's window under 100 tokens/s, an engine's
+    first steps and idle waits, left out)."""
+    found: Dict[int, List[float]] = {}
+    for running, accept, throughput in DECODE_LINE.findall(log):
+        if float(throughput) >= 100:
+            steps_per_s = float(throughput) / float(accept or 1) / int(running)
+            found.setdefault(int(running), []).append(1000 / steps_per_s)
+    return {n: sorted(v)[len(v) // 2] for n, v in sorted(found.items()) if len(v) >= least}
+
+
+def step_ms_markdown(results: Path, prefix: str) -> str:
+    """:func:`step_ms` of every ``PREFIX_*`` engine log in ``results``' ``logs*.tar.xz``, one line each."""
+    lines = []
+    for path in sorted(results.glob("logs*.tar.xz")):
+        with tarfile.open(path) as logs:
+            for member in sorted(logs.getmembers(), key=lambda m: m.name):
+                label = Path(member.name).stem
+                if member.isfile() and label.startswith(prefix + "_"):
+                    found = step_ms(logs.extractfile(member).read().decode(errors="replace"))
+                    lines.append(f"| {label} | " + ", ".join(f"{n}: {ms:.2f}" for n, ms in found.items()) + " |")
+    return "\n".join(["| engine | ms per decode step at N running requests (N: ms) |", "|---|---|", *lines])
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("results", type=Path)
@@ -406,7 +439,11 @@ if __name__ == "__main__":
     parser.add_argument("--markdown", action="store_true")
     parser.add_argument("--real", metavar="PREFIX", help="run.sh real's tables for this label prefix (rl, rs, rlo, rso)")
     parser.add_argument("--kinds", metavar="PREFIX", help="run.sh real's kinds_* engines against kinds_base (rl, rlo)")
+    parser.add_argument("--step-ms", metavar="PREFIX", help="ms per decode step of PREFIX_* engines, from their logs")
     args = parser.parse_args()
+    if args.step_ms:
+        print(step_ms_markdown(args.results, args.step_ms))
+        raise SystemExit(0)
     records = load(args.results)
     if args.kinds:
         print(kinds_markdown(records, args.kinds))
