@@ -29,11 +29,10 @@ def _batch(min_p):
 
 def _committed_distribution(verifier, batch, draws=4000):
     """How often each token commits after a one-token chain (no drafts: plain sampling's own draw)."""
-    logits = SimpleNamespace(next_token_logits=torch.log(torch.tensor([PROBS])))
     counts = torch.zeros(len(PROBS))
     torch.manual_seed(0)
-    for _ in range(draws):
-        logits.next_token_logits = torch.log(torch.tensor([PROBS]))
+    for _ in range(draws):  # fresh logits each draw: the verifier leaves the ones it filtered in the output
+        logits = SimpleNamespace(next_token_logits=torch.log(torch.tensor([PROBS])))
         rows, _ = verifier(batch, logits, torch.zeros((1, 1), dtype=torch.int64))
         counts[rows[0, 0]] += 1
     return counts / draws
