@@ -273,3 +273,63 @@ def test_every_cell_starts_from_empty_caches():
     engine = _Engine(busy=10 ** 6)
     with pytest.raises(RuntimeError, match="flush_cache still refused"):
         engine_check.flush_caches(engine, seconds=0.2)
+
+
+@pytest.mark.parametrize("greedy", [False, True])
+def test_profile_traces_the_block_drafter_and_native_dflash_under_overlap(tmp_path, greedy):
+    target = _trained(tmp_path)
+    env = {"PROFILE_GREEDY": "1"} if greedy else {}
+    timeline, records = _run_phase(tmp_path, "0.5.16", phase="profile", REAL_TARGET=str(target),
+                                   REAL_DRAFT=str(tmp_path / "draft"), PROFILE_BATCHES="1,16", **env)
+    prefix = "plo" if greedy else "pso"
+    assert [r["label"] for r in records] == [f"{prefix}_block_cg", f"{prefix}_native_cg"]
+    assert all(len(group) == 1 for group in _starts_in_groups(timeline))  # one engine at a time
+    for record in records:
+        args = engine_check.arguments().parse_args(record["argv"])
+        assert (args.profile, args.profile_steps, args.overlap, args.timing) == ([1, 16], 16, "on", False)
+        assert args.sampling == ("greedy" if greedy else "sampled") and args.draft == str(tmp_path / "draft")
+        assert args.spec == {"block": "DFLASH_BLOCK", "native": "DFLASH"}[record["label"].split("_")[1]]
+
+
+def _profiled():
+    """A trace of torch's profiler with Python stacks over a stand-in event loop: three steps, each a worker's
+    ``forward_batch_generation`` calling a target's ``forward_batch_generation`` and ``worker.verify``."""
+    torch = pytest.importorskip("torch")  # the SGLang-free Python matrix has no torch
+    from torch.profiler import ProfilerActivity, profile
+
+    class Target:
+        def forward_batch_generation(self, x):
+            return torch.relu(x)
+
+    class Worker:
+        def verify(self, x):
+            return x.sum()
+
+        def forward_batch_generation(self, x):
+            return self.verify(Target().forward_batch_generation(x))
+
+    def event_loop_overlap():
+        for _ in range(4):
+            worker.forward_batch_generation(torch.ones(8))
+
+    worker = Worker()
+    with profile(activities=[ProfilerActivity.CPU], with_stack=True) as traced:
+        event_loop_overlap()
+    return traced
+
+
+def test_trace_steps_counts_the_outer_worker_steps_and_puts_each_call_under_its_caller(tmp_path):
+    import trace_steps
+
+    _profiled().export_chrome_trace(str(tmp_path / "trace.json"))
+    found = trace_steps.summary(trace_steps.read(tmp_path / "trace.json"))
+    assert found["steps"] == 2  # four calls, the first dropped; the window runs from the second's start to the fourth's
+    assert found["root"] == "test_gpu_engine_scripts.py:event_loop_overlap"
+    step = ("test_gpu_engine_scripts.py:forward_batch_generation",)
+    assert step in found["tree"] and step + ("test_gpu_engine_scripts.py:verify",) in found["tree"]
+    assert step + ("test_gpu_engine_scripts.py:forward_batch_generation",) in found["tree"]  # the target's, inside
+    inner = [p for p in found["tree"] if len(p) == 2]
+    assert sum(found["tree"][p] for p in inner) <= found["tree"][step] + 1e-9  # a caller's time holds its callees'
+    lines = trace_steps.render(found, depth=2, min_ms=0.0)
+    assert lines[0].endswith("forward_batch_generation") and all(l.startswith("  ") for l in lines[1:])
+    assert not any("0x" in name for path in found["tree"] for name in path)  # built-ins named alike at every call

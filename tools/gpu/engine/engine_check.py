@@ -4,7 +4,7 @@ usage: python3 engine_check.py LABEL --backend triton|flashinfer [--no-cuda-grap
            [--dtype auto|float16|float32] [--staggered] [--model DIR] [--draft DIR]
            [--spec NAME --ndt N] [--tp N] [--batches 1,8,32] [--new-tokens 64] [--timing [--rounds N]]
            [--prompts FILE [--min-requests N]] [--overlap auto|on|off] [--sampling greedy|sampled]
-           [--max-running N]
+           [--max-running N] [--profile 1,32 [--profile-steps N]]
 
 ``--model``: the target folder (default ``$ENGINE_MODEL``); one holding only a
 ``config.json`` is served with ``--load-format dummy``. ``--draft``: the
@@ -34,6 +34,12 @@ round's tokens per second and the median round's figures.
 otherwise). ``--max-running N``: SGLang's ``--max-running-requests`` (0.5.16
 sets 48 for speculative engines left without it, so a batch of 64 is not one
 batch there).
+
+``--profile BATCHES``: after everything else, for each batch size one batch
+of the first prompt kind under SGLang's own profiler (``Engine.start_profile``,
+CPU and GPU, Python stacks), ``--profile-steps`` forward steps from the next
+one; each trace SGLang writes is kept as ``$OUT/profiles/LABEL_bBATCH.trace.json.gz``
+(``trace_steps.py`` reads it).
 
 ``--deterministic`` starts the engine with SGLang's
 ``--enable-deterministic-inference``: batch-invariant matmuls and attention
@@ -211,6 +217,33 @@ def generate_cell(engine, batches, params):
     return outputs, time.time() - started
 
 
+TRACE_WAIT_S = 90
+"""How long :func:`profile_cell` waits for the trace SGLang's scheduler writes after its last profiled step."""
+
+
+def profile_cell(engine, source, kind, batch, params, steps, label):
+    """One batch of ``batch`` prompts of ``kind`` under SGLang's profiler for ``steps`` forward steps; the
+    path of the trace it wrote, copied to ``$OUT/profiles`` (None: no trace came)."""
+    import glob
+    import shutil
+    import tempfile
+
+    directory = tempfile.mkdtemp(prefix=f"profile-{label}-b{batch}-")
+    flush_caches(engine)
+    engine.start_profile(output_dir=directory, num_steps=steps, activities=["CPU", "GPU"], with_stack=True)
+    engine.generate(input_ids=cell_batches(source, kind, batch, 2000 + batch)[0], sampling_params=params(batch))
+    deadline = time.time() + TRACE_WAIT_S
+    while not (traces := sorted(glob.glob(os.path.join(directory, "*.trace.json.gz")))) and time.time() < deadline:
+        time.sleep(1)
+    if not traces:
+        return None
+    time.sleep(2)  # the file is complete once SGLang's export returned; it writes it in one go
+    kept = os.path.join(os.environ.get("OUT", "."), "profiles", f"{label}_b{batch}.trace.json.gz")
+    os.makedirs(os.path.dirname(kept), exist_ok=True)
+    shutil.copyfile(traces[-1], kept)
+    return kept
+
+
 def run(args, record):
     started = time.time()
     import sglang
@@ -270,6 +303,10 @@ def run(args, record):
     if args.kinds:
         record["stage"] = "kinds"
         record["kinds"] = kinds_stage(engine, source, min(args.new_tokens, 48))
+    if args.profile:
+        record["stage"] = "profile"
+        record["profiles"] = {bs: profile_cell(engine, source, kinds[0], bs, params, args.profile_steps, args.label)
+                              for bs in args.profile}
     if args.sampled:
         record["stage"] = "sampled"
         outputs = engine.generate(input_ids=prompts("random", 2, seed=7),
@@ -310,6 +347,9 @@ def arguments() -> argparse.ArgumentParser:
     parser.add_argument("--kinds", action="store_true",
                         help="also send every request kind of KINDS (the model's tokenizer is loaded)")
     parser.add_argument("--max-running", type=int, help="--max-running-requests")
+    parser.add_argument("--profile", type=lambda s: [int(x) for x in s.split(",")], default=[],
+                        help="batch sizes to profile, one batch each (after everything else)")
+    parser.add_argument("--profile-steps", type=int, default=16, help="forward steps each profile records")
     return parser
 
 

@@ -3,7 +3,7 @@
 #   tools/gpu/engine/run.sh PHASE...      phases: setup single flashinfer triton deterministic precision widths
 #                                         draft draft_accepting drafts draft_speed sbd tp margins draft_margins soak
 #                                         triton_widths triton_margins (0.5.17) train real real_margins
-#                                         sampled_verify
+#                                         sampled_verify profile
 # SGLANG_RELEASE (default 0.5.16): the release site.sh built, read from its folder: 0.5.16 .e2e, 0.5.17 .e2e17
 # (carry .e2e17/site.tar.xz, .e2e17/wheels and .e2e17/cache if any). The other phases were written for 0.5.16
 # and run on 0.5.17 too, but their expectations are 0.5.16's (there triton below ndt is refused: tri_pl_below_refused)
@@ -93,6 +93,11 @@
 # sampled_verify  benchmarks/sampled_verify.py: a sampled verify's host and GPU cost, the worker bases' acceptance
 #         (with the release's renormalising kernels, and with torch's) against native DFLASH's, at batches 1-64,
 #         vocabularies 4,096 and 128,256 ($OUT/sampled_verify.json; ~1 min; nothing but the GPU's own kernels)
+# profile the trained target (train first), flashinfer, CUDA graphs, every request at temperature 0.7, top-p 0.9
+#         (PROFILE_GREEDY=1: greedy), overlap on: after an untimed pass of every batch size, one batch of
+#         each of PROFILE_BATCHES (1,32) under SGLang's profiler, PROFILE_STEPS (16) forward steps (engine_check.py
+#         --profile; labels pso_*, plo_*); PROFILE_ENGINES (block native) one at a time: their traces come back in
+#         profiles.tar.xz (tools/gpu/engine/trace_steps.py reads them)
 # real_margins  margins (below) of the real engines' divergences (results/real/divergences.json, compare.py
 #         --divergences), on the plain engine of the trained target
 # $OUT gets: engines.jsonl (one line per engine), timeline.txt, logs.tar.xz, and the JIT caches.
@@ -296,7 +301,16 @@ real_runs() {
   for which in "${together[@]}"; do real_engine $which & done
   wait
 }
-real_engine() {  # one engine of real_runs (its variables: p, on, checked, pl, dfb)
+profile_runs() {
+  local p=pso plug="--overlap on" sampling="--sampling sampled"
+  [ -n "${PROFILE_GREEDY:-}" ] && p=plo sampling=""
+  if [ ! -f $REAL_T/model.safetensors ]; then tl "SKIP profile: no trained target in $REAL_T (the train phase first)"; return; fi
+  local on="--backend flashinfer --model $REAL_T --prompts $REAL_T/prompts.json --batches 1,8,32,64 --new-tokens 128"
+  on="$on --max-running 64 $sampling --profile ${PROFILE_BATCHES:-1,32} --profile-steps ${PROFILE_STEPS:-16}"
+  local dfb="--spec DFLASH_BLOCK --ndt 16 --draft $REAL_D $plug"
+  for which in ${PROFILE_ENGINES:-block native}; do real_engine $which; done
+}
+real_engine() {  # one engine of real_runs or profile_runs (its variables: p, on, checked, pl, dfb)
   local which=$1
   case $which in
     base) engine 0 ${p}_base_cg $NO_PLUGIN -- $on --overlap on ;;
@@ -368,6 +382,7 @@ for phase in "$@"; do
     train) train_run ;;
     warm) warm_engines; wait ;;
     real) real_runs ;;
+    profile) profile_runs ;;
     sampled_verify)
       timeout 200 python3 $H/../../../benchmarks/sampled_verify.py --out "$OUT/sampled_verify.json" \
         > $LOGS/sampled_verify.log 2>&1; tl "sampled_verify rc=$?"; tail -3 $LOGS/sampled_verify.log ;;
