@@ -330,6 +330,20 @@ def test_trace_steps_counts_the_outer_worker_steps_and_puts_each_call_under_its_
     assert step + ("test_gpu_engine_scripts.py:forward_batch_generation",) in found["tree"]  # the target's, inside
     inner = [p for p in found["tree"] if len(p) == 2]
     assert sum(found["tree"][p] for p in inner) <= found["tree"][step] + 1e-9  # a caller's time holds its callees'
-    lines = trace_steps.render(found, depth=2, min_ms=0.0)
+    lines = trace_steps.render(found["tree"], depth=2, min_ms=0.0)
     assert lines[0].endswith("forward_batch_generation") and all(l.startswith("  ") for l in lines[1:])
     assert not any("0x" in name for path in found["tree"] for name in path)  # built-ins named alike at every call
+
+
+def test_trace_steps_reads_py_spy_samples_under_the_scheduler_loop_a_function_s_lines_merged(tmp_path):
+    import trace_steps
+
+    loop = "process 7:\"python3 -m sglang\";Thread.run (threading.py:982);Scheduler.event_loop_overlap (sglang/srt/managers/scheduler.py:1130)"
+    (tmp_path / "x.raw").write_text("\n".join([
+        f"{loop};Scheduler.run_batch (sglang/srt/managers/scheduler.py:2100);W.forward_batch_generation (block_step.py:176) 30",
+        f"{loop};Scheduler.run_batch (sglang/srt/managers/scheduler.py:2104);W.forward_batch_generation (block_step.py:180) 10",
+        f"{loop};Scheduler.recv_requests (sglang/srt/managers/scheduler.py:900) 40",
+        "process 7:\"python3 -m sglang\";main (engine_check.py:10) 500"]) + "\n")  # outside the loop: left out
+    tree = trace_steps.spy_tree(tmp_path / "x.raw", rate=200)
+    assert tree == {("scheduler.py:run_batch",): 0.2, ("scheduler.py:run_batch", "block_step.py:forward_batch_generation"): 0.2,
+                    ("scheduler.py:recv_requests",): 0.2}

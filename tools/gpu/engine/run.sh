@@ -100,6 +100,8 @@
 #         profiles.tar.xz (tools/gpu/engine/trace_steps.py reads them)
 # real_margins  margins (below) of the real engines' divergences (results/real/divergences.json, compare.py
 #         --divergences), on the plain engine of the trained target
+# PYSPY=1 (carry .whl/py_spy-*.whl): every engine runs under py-spy record (--idle, PYSPY_RATE samples a second,
+#         200), its scheduler too: $OUT/spy/LABEL.raw (tools/gpu/engine/spy_steps.py reads them)
 # $OUT gets: engines.jsonl (one line per engine), timeline.txt, logs.tar.xz, and the JIT caches.
 set -u
 T0=$(date +%s); H=$PWD/tools/gpu/engine
@@ -131,6 +133,9 @@ setup() {
     rm -rf $site && python3 -m pip install -q --no-index --no-deps --no-compile --target $site $d/*.whl
   done
   python3 -c "import sglang, sglang_spec_plugins, flashinfer, sgl_kernel; print('sglang', sglang.__version__, 'flashinfer', flashinfer.__version__)"
+  if [ -n "${PYSPY:-}" ]; then  # the carried .whl/py_spy-*.whl (run.sh's PYSPY)
+    rm -rf /tmp/spy && python3 -m pip install -q --no-index --no-deps --target /tmp/spy .whl/py_spy-*.whl
+  fi
   [ -f $ENGINE_MODEL/model.safetensors ] || python3 $H/make_model.py $ENGINE_MODEL
   # the draft-model phases' checkpoints (drafts in SGLang's DFlash layout; make_model.py says how)
   [ -f /tmp/draft-dummy/config.json ] || python3 $H/make_model.py /tmp/draft-dummy --draft-for $ENGINE_MODEL --block 4
@@ -151,7 +156,10 @@ engine() {
   tl "START $label on GPU $gpus ($*) limit ${limit}s"
   local t=$(date +%s)
   # from /tmp: no ./plugins.toml there, so an engine without SGLANG_SPEC_PLUGINS_CONFIG loads no plugin
-  (cd /tmp && env CUDA_VISIBLE_DEVICES=$gpus "${envs[@]}" timeout -k 10 $limit python3 $H/engine_check.py "$label" "$@" \
+  local spy=()  # PYSPY=1: the engine and its scheduler sampled by py-spy (wall time, waits included)
+  [ -n "${PYSPY:-}" ] && mkdir -p $OUT/spy && spy=(/tmp/spy/bin/py-spy record --subprocesses --idle --rate ${PYSPY_RATE:-200} \
+    --format raw -o $OUT/spy/$label.raw --)
+  (cd /tmp && env CUDA_VISIBLE_DEVICES=$gpus "${envs[@]}" timeout -k 10 $limit "${spy[@]}" python3 $H/engine_check.py "$label" "$@" \
      > $LOGS/$label.log 2>&1)
   local rc=$?
   tl "END $label rc=$rc $(( $(date +%s) - t ))s; GPU memory in use: $(nvidia-smi --query-gpu=memory.used --format=csv,noheader | tr '\n' ' ')"

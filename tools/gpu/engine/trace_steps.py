@@ -1,7 +1,8 @@
 """Where a scheduler's decode steps spend their host time, from a trace SGLang's profiler wrote with Python
-stacks (``engine_check.py --profile``).
+stacks (``engine_check.py --profile``), or from py-spy's samples of the whole run (``run.sh``'s ``PYSPY``).
 
     python3 tools/gpu/engine/trace_steps.py TRACE.json.gz [TRACE ...] [--depth 7] [--min-ms 0.05]
+    python3 tools/gpu/engine/trace_steps.py --spy LABEL.raw [...] [--rate 200] [--depth 7] [--min-ms 0.05]
 
 For each trace: its steps (the outermost calls of a worker's ``forward_batch_generation``: a speculative
 worker's, not the target worker's it calls), the median milliseconds from one step's start to the next, the
@@ -10,6 +11,10 @@ the scheduler's event loop: each node's milliseconds per step (inclusive, summed
 divided by the steps), to ``--depth`` levels, leaving out nodes under ``--min-ms``. The profiler's own cost is
 in every node (a Python call costs more under it): compare engines traced alike, not against their untraced
 step times.
+
+py-spy's samples (``record --idle --format raw``) cost the process almost nothing and count waits too: with
+``--spy`` each node is the seconds of wall time the scheduler's loop spent in it over the whole run (samples
+over ``--rate``), inclusive, a function's lines merged.
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
 STEP = "forward_batch_generation"
-LOOP = re.compile(r"event_loop_\w+$")
+LOOP = re.compile(r"event_loop_(?:overlap|normal)$")
+"""The scheduler's loop function (SGLang's own name for each mode)."""
 
 
 def short(name: str) -> str:
@@ -87,9 +93,29 @@ def summary(events: List[Dict[str, Any]]) -> Dict[str, Any]:
             "gpu_busy_ms": round(busy / 1000 / count, 3), "root": short(root["name"]) if root else None, "tree": tree}
 
 
-def render(found: Dict[str, Any], depth: int, min_ms: float) -> List[str]:
+def spy_tree(path: Path, rate: float) -> Dict[Tuple[str, ...], float]:
+    """``{path (frames from the scheduler's event loop down): seconds}`` of py-spy's raw samples (each line
+    ``frame;frame;... count``, a frame ``function (file:line)``), at ``rate`` samples a second."""
+    tree: Dict[Tuple[str, ...], float] = {}
+    with open(path) as f:
+        for line in f:
+            stack, _, count = line.rstrip("\n").rpartition(" ")
+            frames = stack.split(";")
+            loop = next((i for i, frame in enumerate(frames) if re.match(r"\S*event_loop_(?:overlap|normal) ", frame)), None)
+            if loop is None:
+                continue
+            names = []
+            for frame in frames[loop + 1:]:
+                found = re.match(r"(?:\S+\.)?(\w+|<\w+>) \((?:.*/)?([^/:]+):\d+\)$", frame)
+                names.append(f"{found.group(2)}:{found.group(1)}" if found else frame)
+            for end in range(1, len(names) + 1):
+                key = tuple(names[:end])
+                tree[key] = tree.get(key, 0.0) + int(count) / rate
+    return tree
+
+
+def render(tree: Dict[Tuple[str, ...], float], depth: int, min_ms: float) -> List[str]:
     """The tree as indented lines, each level's nodes by time, largest first."""
-    tree = found.get("tree", {})
     lines: List[str] = []
 
     def walk(prefix: Tuple[str, ...]):
@@ -107,15 +133,22 @@ def render(found: Dict[str, Any], depth: int, min_ms: float) -> List[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("traces", type=Path, nargs="+")
+    parser.add_argument("--spy", action="store_true", help="the files are py-spy's raw samples")
+    parser.add_argument("--rate", type=float, default=200, help="py-spy's samples a second")
     parser.add_argument("--depth", type=int, default=7)
     parser.add_argument("--min-ms", type=float, default=0.05)
     args = parser.parse_args()
     for path in args.traces:
+        if args.spy:
+            tree = spy_tree(path, args.rate)
+            print(f"== {path.name}: seconds of the scheduler loop's wall time")
+            print("\n".join(render(tree, args.depth, args.min_ms)))
+            continue
         found = summary(read(path))
         print(f"== {path.name}: {found['steps']} steps"
               + (f", {found['step_ms']} ms a step, GPU busy {found['gpu_busy_ms']} ms a step, under {found['root']}"
                  if "step_ms" in found else ""))
-        print("\n".join(render(found, args.depth, args.min_ms)))
+        print("\n".join(render(found.get("tree", {}), args.depth, args.min_ms)))
 
 
 if __name__ == "__main__":
