@@ -100,8 +100,10 @@
 #         profiles.tar.xz (tools/gpu/engine/trace_steps.py reads them)
 # real_margins  margins (below) of the real engines' divergences (results/real/divergences.json, compare.py
 #         --divergences), on the plain engine of the trained target
-# PYSPY=1 (carry .whl/py_spy-*.whl): every engine runs under py-spy record (--idle, PYSPY_RATE samples a second,
-#         200), its scheduler too: $OUT/spy/LABEL.raw (tools/gpu/engine/spy_steps.py reads them)
+# PYSPY=PREFIX (carry .whl/py-spy.xz: py-spy's binary, stripped and xz-compressed, ~1.8 MB): each engine whose
+#         label starts with PREFIX runs under py-spy record (--idle, PYSPY_RATE samples a second, 200), its
+#         scheduler too: $OUT/spy/LABEL.raw (trace_steps.py --spy reads them). Not for an engine its time limit
+#         may stop: timeout stops py-spy, and the engine under it goes on
 # $OUT gets: engines.jsonl (one line per engine), timeline.txt, logs.tar.xz, and the JIT caches.
 set -u
 T0=$(date +%s); H=$PWD/tools/gpu/engine
@@ -133,8 +135,8 @@ setup() {
     rm -rf $site && python3 -m pip install -q --no-index --no-deps --no-compile --target $site $d/*.whl
   done
   python3 -c "import sglang, sglang_spec_plugins, flashinfer, sgl_kernel; print('sglang', sglang.__version__, 'flashinfer', flashinfer.__version__)"
-  if [ -n "${PYSPY:-}" ]; then  # the carried .whl/py_spy-*.whl (run.sh's PYSPY)
-    rm -rf /tmp/spy && python3 -m pip install -q --no-index --no-deps --target /tmp/spy .whl/py_spy-*.whl
+  if [ -n "${PYSPY:-}" ]; then  # the carried .whl/py-spy.xz: py-spy's binary from its wheel, stripped, xz-compressed
+    mkdir -p /tmp/spy/bin && xz -dc .whl/py-spy.xz > /tmp/spy/bin/py-spy && chmod +x /tmp/spy/bin/py-spy
   fi
   [ -f $ENGINE_MODEL/model.safetensors ] || python3 $H/make_model.py $ENGINE_MODEL
   # the draft-model phases' checkpoints (drafts in SGLang's DFlash layout; make_model.py says how)
@@ -156,8 +158,8 @@ engine() {
   tl "START $label on GPU $gpus ($*) limit ${limit}s"
   local t=$(date +%s)
   # from /tmp: no ./plugins.toml there, so an engine without SGLANG_SPEC_PLUGINS_CONFIG loads no plugin
-  local spy=()  # PYSPY=1: the engine and its scheduler sampled by py-spy (wall time, waits included)
-  [ -n "${PYSPY:-}" ] && mkdir -p $OUT/spy && spy=(/tmp/spy/bin/py-spy record --subprocesses --idle --rate ${PYSPY_RATE:-200} \
+  local spy=()  # PYSPY=PREFIX: an engine whose label starts with it, and its scheduler, sampled by py-spy
+  [ -n "${PYSPY:-}" ] && [[ $label == "$PYSPY"* ]] && mkdir -p $OUT/spy && spy=(/tmp/spy/bin/py-spy record --subprocesses --idle --rate ${PYSPY_RATE:-200} \
     --format raw -o $OUT/spy/$label.raw --)
   (cd /tmp && env CUDA_VISIBLE_DEVICES=$gpus "${envs[@]}" timeout -k 10 $limit "${spy[@]}" python3 $H/engine_check.py "$label" "$@" \
      > $LOGS/$label.log 2>&1)
