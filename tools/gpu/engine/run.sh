@@ -69,8 +69,9 @@
 #         perplexity, the draft's acceptance on held-out text, timings, hashes; against results/real/train.json
 #         where committed: matches_recorded) and $OUT/prompts.json; ~4-6 min, bounded by TRAIN_TIMEOUT (420 s).
 #         Meanwhile, on a machine that has not trained yet (TRAIN_WARM=0: not), two untimed engines on the tiny
-#         Llama (warm_plain: sampled requests; warm_dflash: native DFLASH) compile flashinfer's JIT kernels (~300 s
-#         on a fresh machine) for real
+#         Llama (warm_plain: sampled requests, no graphs; warm_dflash: native DFLASH) compile flashinfer's JIT kernels
+#         for real (~300 s on a fresh machine); then the phase waits for the compiles a stopped one left running
+#         (COMPILE_WAIT, 240 s at most)
 # real    every drafter on the trained target (run train first, in the same call or an earlier one on this
 #         machine): flashinfer, CUDA graphs, batches 1, 8, 32, 64 (batch 1: four requests one after another),
 #         --max-running-requests 64 for every engine, the held-out prompts of prompts.json (completion: a file's
@@ -286,11 +287,19 @@ train_run() {
   (cd /tmp && timeout -k 10 ${TRAIN_TIMEOUT:-420} python3 $H/../train/train.py --preset gpu --target $REAL_T --draft $REAL_D \
      --out "$OUT/train.json" $args > $LOGS/train.log 2>&1)
   tl "train rc=$?"; grep -E '^(TRAIN|against)' $LOGS/train.log
-  wait
+  wait; compiles_done
 }
 warm_engines() {  # in the background: two untimed engines on the tiny Llama compile flashinfer's JIT kernels
-  engine 0 warm_plain -- --backend flashinfer --batches 1 --new-tokens 8 --sampling sampled &
+  # warm_plain without graphs: its sampled request, which compiles the sampling kernels (~3 min), starts at once
+  engine 0 warm_plain -- --backend flashinfer --batches 1 --new-tokens 8 --sampling sampled --no-cuda-graph &
   engine 0 warm_dflash -- --backend flashinfer --batches 1 --new-tokens 8 --spec DFLASH --ndt 4 --draft /tmp/draft-dummy &
+}
+compiles_done() {  # a warm engine stopped at its limit leaves its JIT compiles running (nvcc under ninja): the next
+  # engine would share the CPU with them and wait for their kernels (2026-12-07: 72 s, then 1.4-2.2x slower cells),
+  # so wait until none runs (COMPILE_WAIT seconds at most, 240)
+  local t=$(date +%s)
+  while pgrep -f 'ninja|nvcc|cicc|ptxas' > /dev/null && [ $(( $(date +%s) - t )) -lt ${COMPILE_WAIT:-240} ]; do sleep 2; done
+  tl "JIT compiles done after $(( $(date +%s) - t ))s of waiting$(pgrep -f 'ninja|nvcc|cicc|ptxas' > /dev/null && echo ' (some still run)')"
 }
 real_runs() {
   local p=rl plug="--overlap off"
@@ -390,7 +399,7 @@ for phase in "$@"; do
       else (cd /tmp && timeout 300 python3 $H/margins.py $H/../results/triton_0.5.17/divergences.json triton \
               --prefix trw_ --dtype float16 > $LOGS/margins_trw.log 2>&1); tl "margins trw rc=$?"; fi ;;
     train) train_run ;;
-    warm) warm_engines; wait ;;
+    warm) warm_engines; wait; compiles_done ;;
     real) real_runs ;;
     profile) profile_runs ;;
     sampled_verify)
