@@ -235,6 +235,8 @@ def test_train_trains_the_gpu_preset_while_warming_flashinfer(tmp_path):
     committed = ENGINE.parent / "results" / "real" / "train.json"
     assert ("--expect" in trained["argv"]) == committed.is_file() and "--force" not in trained["argv"]
     assert sorted(r["label"] for r in records if r["label"].startswith("warm_")) == ["warm_dflash", "warm_plain"]
+    plain = engine_check.arguments().parse_args(next(r for r in records if r["label"] == "warm_plain")["argv"])
+    assert plain.sampling == "sampled" and not plain.cuda_graph  # its sampled request, the sampling kernels' JIT, at once
     target.mkdir()
     (target / "train.json").write_text("{}")
     (tmp_path / "again").mkdir()

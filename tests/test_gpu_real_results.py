@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 import tarfile
 import types
@@ -288,3 +289,29 @@ def test_step_ms_reads_sglang_s_decode_lines():
                     + [line.format(n=8, accept="", tps=tps) for tps in (4000, 4000, 4000, 50)]
                     + [line.format(n=16, accept="", tps=9000)])
     assert compare.step_ms(log) == {2: 10.0, 8: 2.0}  # 800 tok/s / 4 / 2 = 100 steps/s; 16: one line only
+
+
+CALL8 = COMMITTED / "call8_profile"
+
+
+def test_the_profiled_call_reads_back():
+    """Call 8: the untimed pass's cells and the profiled step times its README quotes, from the committed records
+    and trace_steps.py's reading of the traces (steps.txt)."""
+    readme = (CALL8 / "README.md").read_text()
+    cells = {}
+    for line in (CALL8 / "engines_real.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        for run in record.get("runs", []):
+            cells[record["label"].split("_")[1], run["batch"], run["prompts"]] = run["seconds"]
+    assert all(("block",) + key[1:] in cells for key in cells if key[0] == "native")
+    same = [(cells["block", b, "edit"], cells["native", b, "edit"]) for b in (1, 8)]
+    assert "(0.365 / 0.363 s, 0.406 / 0.394 s)" in readme and same == [(0.3645, 0.3626), (0.4059, 0.3939)]
+    slower = [round(cells["block", b, "completion"] / cells["native", b, "completion"], 1) for b in (8, 32, 64)]
+    assert slower == [2.2, 1.7, 1.4] and "took DFLASH_BLOCK 2.2x (8 requests), 1.7x (32) and 1.4x (64)" in readme
+    assert round(cells["block", 64, "edit"] / cells["native", 64, "edit"], 1) == 1.4
+    assert round(cells["block", 1, "completion"]) == 72 and round(cells["block", 32, "edit"]) == 7
+    found = re.findall(r"== pso_(\w+?)_cg_b(\d+)\.trace\.json\.gz: \d+ steps, ([\d.]+) ms a step", (CALL8 / "steps.txt").read_text())
+    ms = {(engine, int(batch)): float(step) for engine, batch, step in found}
+    assert (round(ms["block", 1], 1), round(ms["native", 1], 1), round(ms["block", 32], 1),
+                      round(ms["native", 32], 1)) == (9.1, 7.7, 11.5, 10.5)
+    assert "9.1 against 7.7 ms a step at 1\n  request, 11.5 against 10.5 at 32" in readme

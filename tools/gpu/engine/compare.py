@@ -410,7 +410,9 @@ DECODE_LINE = re.compile(r"Decode batch, #running-req: (\d+),.*?(?:accept len: (
 def step_ms(log: str, least: int = 3) -> Dict[int, float]:
     """Milliseconds per decode step by running requests, from SGLang's ``Decode batch`` lines of ``log`` (the
     median where ``least`` lines or more report that count; a line's window under 100 tokens/s, an engine's
-    first steps and idle waits, left out)."""
+    first steps and idle waits, left out). A line's throughput counts every second since the line before it,
+    40 decode steps back, prefills and the gaps between requests included: each figure is a bound on a step's
+    time, not the step's time (``trace_steps.py`` gives that)."""
     found: Dict[int, List[float]] = {}
     for running, accept, throughput in DECODE_LINE.findall(log):
         if float(throughput) >= 100:
