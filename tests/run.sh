@@ -13,7 +13,8 @@ matrix=${1:---ci}
 
 "$PY" tools/releases.py table --check "$matrix"
 main_log=$(mktemp)
-"$PY" -m pytest -p no:cacheprovider --durations=30 > "$main_log" 2>&1 &   # --durations: what a `slow` mark would leave out
+# torch on one thread, as each release's run (tools/releases.py): the runs share the cores
+OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} "$PY" -m pytest -p no:cacheprovider --durations=30 > "$main_log" 2>&1 &   # --durations: what a `slow` mark would leave out
 main=$!
 status=0
 "$PY" tools/releases.py test "$matrix" --skip-own --jobs "${RELEASE_JOBS:-2}" -- -q -p no:cacheprovider || status=$?
