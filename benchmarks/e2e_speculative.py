@@ -381,17 +381,22 @@ def profile_engine(engine, label: str, out: Path) -> Dict[str, Any]:
     # any width (on 2026-12-03, 40 tokens at 0.9 ended before the 24th step of widths 2 and 4: no trace written)
     acceptance = ACCEPTANCES[0] if spec_of(label)["kind"] in ACCEPTANCE_KINDS else None
     generate(engine, PROFILE_BATCH, NEW_TOKENS, acceptance)
-    traces = sorted(directory.glob("*.trace.json.gz"))
-    for _ in range(TRACE_SECONDS):
-        if traces:
-            break
-        time.sleep(1)
-        traces = sorted(directory.glob("*.trace.json.gz"))
-    if not traces:
+    trace = _trace_steps().wait_for_trace(directory, TRACE_SECONDS)
+    if trace is None:
         return {"error": f"no trace in {directory}"}
     (out / "profiles").mkdir(exist_ok=True)
-    shutil.copyfile(traces[-1], out / "profiles" / f"{label}.trace.json.gz")
-    return {"batch": PROFILE_BATCH, **trace_summary(traces[-1])}
+    shutil.copyfile(trace, out / "profiles" / f"{label}.trace.json.gz")
+    return {"batch": PROFILE_BATCH, **trace_summary(trace)}
+
+
+def _trace_steps():
+    """``tools/gpu/engine/trace_steps.py``, which reads SGLang's profiler traces (the scripts there import it)."""
+    engine_tools = str(Path(__file__).resolve().parent.parent / "tools" / "gpu" / "engine")
+    if engine_tools not in sys.path:
+        sys.path.insert(0, engine_tools)
+    import trace_steps
+
+    return trace_steps
 
 
 def trace_summary(path: Path) -> Dict[str, Any]:
@@ -399,19 +404,11 @@ def trace_summary(path: Path) -> Dict[str, Any]:
     and GPU-busy milliseconds (the union of kernels and copies), kernels, graph launches, each CUDA runtime
     call in which the host can wait (:data:`WAITS`: count and milliseconds), and the 15 CPU ops that took
     longest in total."""
-    import gzip
-
-    with gzip.open(path, "rt") as f:
-        events = [e for e in json.load(f).get("traceEvents", []) if e.get("ph") == "X" and "dur" in e]
+    trace_steps = _trace_steps()
+    events = trace_steps.read(path)
     if not events:
         return {"trace": path.name, "events": 0}
-    gpu = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"))
-    busy, reach = 0.0, None
-    for begin, end in gpu:
-        if reach is None or begin > reach:
-            busy, reach = busy + end - begin, end
-        elif end > reach:
-            busy, reach = busy + end - reach, end
+    busy = trace_steps.gpu_busy_us(events)
     runtime: Dict[str, List[float]] = {}
     cpu_ops: Dict[str, List[float]] = {}
     for e in events:

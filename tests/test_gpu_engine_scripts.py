@@ -350,3 +350,12 @@ def test_trace_steps_reads_py_spy_samples_under_the_scheduler_loop_a_function_s_
     tree = trace_steps.spy_tree(tmp_path / "x.raw", rate=200)
     assert tree == {("scheduler.py:run_batch",): 0.2, ("scheduler.py:run_batch", "block_step.py:forward_batch_generation"): 0.2,
                     ("scheduler.py:recv_requests",): 0.2}
+
+
+def test_wait_for_trace_takes_the_newest_trace_once_written_and_none_without_one(tmp_path):
+    import trace_steps
+
+    assert trace_steps.wait_for_trace(tmp_path, seconds=1.5) is None
+    (tmp_path / "1.trace.json.gz").write_bytes(b"old")
+    (tmp_path / "2.trace.json.gz").write_bytes(b"newest")
+    assert trace_steps.wait_for_trace(tmp_path, seconds=5) == tmp_path / "2.trace.json.gz"

@@ -224,23 +224,21 @@ TRACE_WAIT_S = 90
 def profile_cell(engine, source, kind, batch, params, steps, label):
     """One batch of ``batch`` prompts of ``kind`` under SGLang's profiler for ``steps`` forward steps; the
     path of the trace it wrote, copied to ``$OUT/profiles`` (None: no trace came)."""
-    import glob
     import shutil
     import tempfile
+
+    from trace_steps import wait_for_trace
 
     directory = tempfile.mkdtemp(prefix=f"profile-{label}-b{batch}-")
     flush_caches(engine)
     engine.start_profile(output_dir=directory, num_steps=steps, activities=["CPU", "GPU"], with_stack=True)
     engine.generate(input_ids=cell_batches(source, kind, batch, 2000 + batch)[0], sampling_params=params(batch))
-    deadline = time.time() + TRACE_WAIT_S
-    while not (traces := sorted(glob.glob(os.path.join(directory, "*.trace.json.gz")))) and time.time() < deadline:
-        time.sleep(1)
-    if not traces:
+    trace = wait_for_trace(directory, TRACE_WAIT_S)
+    if trace is None:
         return None
-    time.sleep(2)  # the file is complete once SGLang's export returned; it writes it in one go
     kept = os.path.join(os.environ.get("OUT", "."), "profiles", f"{label}_b{batch}.trace.json.gz")
     os.makedirs(os.path.dirname(kept), exist_ok=True)
-    shutil.copyfile(traces[-1], kept)
+    shutil.copyfile(trace, kept)
     return kept
 
 

@@ -297,9 +297,9 @@ warm_engines() {  # in the background: two untimed engines on the tiny Llama com
 compiles_done() {  # a warm engine stopped at its limit leaves its JIT compiles running (nvcc under ninja): the next
   # engine would share the CPU with them and wait for their kernels (2026-12-07: 72 s, then 1.4-2.2x slower cells),
   # so wait until none runs (COMPILE_WAIT seconds at most, 240)
-  local t=$(date +%s)
-  while pgrep -f 'ninja|nvcc|cicc|ptxas' > /dev/null && [ $(( $(date +%s) - t )) -lt ${COMPILE_WAIT:-240} ]; do sleep 2; done
-  tl "JIT compiles done after $(( $(date +%s) - t ))s of waiting$(pgrep -f 'ninja|nvcc|cicc|ptxas' > /dev/null && echo ' (some still run)')"
+  local t=$(date +%s) compilers='ninja|nvcc|cicc|ptxas'
+  while pgrep -f "$compilers" > /dev/null && [ $(( $(date +%s) - t )) -lt ${COMPILE_WAIT:-240} ]; do sleep 2; done
+  tl "JIT compiles done after $(( $(date +%s) - t ))s of waiting$(pgrep -f "$compilers" > /dev/null && echo ' (some still run)')"
 }
 real_runs() {
   local p=rl plug="--overlap off"

@@ -12,6 +12,9 @@ divided by the steps), to ``--depth`` levels, leaving out nodes under ``--min-ms
 in every node (a Python call costs more under it): compare engines traced alike, not against their untraced
 step times.
 
+:func:`read`, :func:`gpu_busy_us` and :func:`wait_for_trace` are how this repository's scripts read and await
+SGLang's profiler traces (``engine_check.py``, ``benchmarks/e2e_speculative.py``).
+
 py-spy's samples (``record --idle --format raw``) cost the process almost nothing and count waits too: with
 ``--spy`` each node is the seconds of wall time the scheduler's loop spent in it over the whole run (samples
 over ``--rate``), inclusive, a function's lines merged.
@@ -24,8 +27,9 @@ import gzip
 import json
 import re
 import statistics
+import time
 from pathlib import Path
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 STEP = "forward_batch_generation"
 LOOP = re.compile(r"event_loop_(?:overlap|normal)$")
@@ -41,9 +45,36 @@ def short(name: str) -> str:
 
 def read(path: Path) -> List[Dict[str, Any]]:
     """The complete events (``ph`` X) of a Chrome trace, gzipped or not."""
-    opener = gzip.open if path.suffix == ".gz" else open
+    opener = gzip.open if Path(path).suffix == ".gz" else open
     with opener(path, "rt") as f:
         return [e for e in json.load(f).get("traceEvents", []) if e.get("ph") == "X" and "dur" in e]
+
+
+def gpu_busy_us(events: List[Dict[str, Any]], begin: float = float("-inf"), end: float = float("inf")) -> float:
+    """Microseconds the GPU was busy (the union of its kernels, copies and sets) among ``events`` that start in
+    ``[begin, end)``."""
+    busy, reach = 0.0, None
+    for a, b in sorted((e["ts"], e["ts"] + e["dur"]) for e in events
+                       if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and begin <= e["ts"] < end):
+        if reach is None or a > reach:
+            busy, reach = busy + b - a, b
+        elif b > reach:
+            busy, reach = busy + b - reach, b
+    return busy
+
+
+def wait_for_trace(directory: Path, seconds: float) -> Optional[Path]:
+    """The newest ``*.trace.json.gz`` SGLang's profiler writes into ``directory``, once its size has held for a
+    second (it appears before the export ends); None if none came within ``seconds``."""
+    deadline, last = time.time() + seconds, None
+    while time.time() < deadline:
+        traces = sorted(Path(directory).glob("*.trace.json.gz"))
+        size = traces[-1].stat().st_size if traces else None
+        if size is not None and size == last:
+            return traces[-1]
+        last = size
+        time.sleep(1)
+    return None
 
 
 def summary(events: List[Dict[str, Any]]) -> Dict[str, Any]:
@@ -82,13 +113,7 @@ def summary(events: List[Dict[str, Any]]) -> Dict[str, Any]:
             chain = chain[:chain.index(root)]
         path = tuple(short(a["name"]) for a in reversed(chain))
         tree[path] = tree.get(path, 0.0) + e["dur"] / 1000 / count
-    busy, reach = 0.0, None
-    for a, b in sorted((e["ts"], e["ts"] + e["dur"]) for e in events
-                       if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and begin <= e["ts"] < end):
-        if reach is None or a > reach:
-            busy, reach = busy + b - a, b
-        elif b > reach:
-            busy, reach = busy + b - reach, b
+    busy = gpu_busy_us(events, begin, end)
     return {"steps": count, "step_ms": round(statistics.median(b - a for a, b in zip(starts, starts[1:])) / 1000, 3),
             "gpu_busy_ms": round(busy / 1000 / count, 3), "root": short(root["name"]) if root else None, "tree": tree}
 
